@@ -1,0 +1,77 @@
+--[[
+The host benchmark, run by smolwf (bench/host_bench.sh runs it):
+  smolwf bench/host_bench.lua PROVIDER [PINGPONG_MEDIAN_US] [STREAM_BYTES]
+PROVIDER is smolwf-bench-provider (bench/bench_provider.c). Prints:
+round trips/s sequential and with 64 in flight, the median µs of a
+sequential round trip (and its ratio to the bare C ping-pong), MB/s of
+stdout payload through events, and the host's peak RSS (VmHWM) after
+streaming STREAM_BYTES (default 1 GiB) through on_stdout with capture off.
+]]
+local sandbox = require "smol.sandbox"
+local core = require "smol.core"
+local task = require "smol.task"
+
+local provider = assert(arg[1], "usage: host_bench.lua PROVIDER [PINGPONG_MEDIAN_US] [STREAM_BYTES]")
+local pingpong_us = tonumber(arg[2])
+local stream_bytes = math.tointeger(tonumber(arg[3] or "")) or 1024 * 1024 * 1024
+
+local function vm_hwm_kib()
+  local f = assert(io.open("/proc/self/status"))
+  local kib = f:read("a"):match("VmHWM:%s*(%d+)")
+  f:close()
+  return tonumber(kib)
+end
+
+local function report(name, value, fmt, note)
+  print(("%-34s " .. fmt .. "%s"):format(name, value, note and ("   " .. note) or ""))
+end
+
+local sb = sandbox.open{program = provider, profile = "bench/none", workspace = ""}
+
+-- Sequential: one exec at a time, each timed on its own.
+local function sequential(n)
+  local times = {}
+  for i = 1, n do
+    local t0 = core.now()
+    sb:exec{"true"}
+    times[i] = core.now() - t0
+  end
+  table.sort(times)
+  local total = 0
+  for _, t in ipairs(times) do total = total + t end
+  return n / total, times[n // 2 + 1] * 1e6
+end
+
+-- 64 tasks, each running its share of execs back to back.
+local function in_flight(n, width)
+  local fns = {}
+  for w = 1, width do
+    fns[w] = function() for _ = 1, n // width do sb:exec{"true"} end return true end
+  end
+  local t0 = core.now()
+  task.all(fns)
+  return (n // width * width) / (core.now() - t0)
+end
+
+local function stream(total, chunk)
+  local got = 0
+  local t0 = core.now()
+  sb:exec{"stream", tostring(total), tostring(chunk), capture = false,
+          on_stdout = function(data) got = got + #data end}
+  local secs = core.now() - t0
+  assert(got >= total, ("streamed %d of %d bytes"):format(got, total))
+  return got / secs / 1e6
+end
+
+sequential(2000)   -- warm up
+local rps, median_us = sequential(20000)
+report("sequential round trips/s", rps, "%.0f")
+report("sequential round trip, median", median_us, "%.1f us",
+  pingpong_us and ("(%.2fx the bare C ping-pong's %.1f us; target <= 2x)"):format(median_us / pingpong_us, pingpong_us))
+report("round trips/s, 64 in flight", in_flight(64000, 64), "%.0f")
+report("stdout payload through events", stream(256 * 1024 * 1024, 65536), "%.0f MB/s", "(64 KiB chunks; target >= 500)")
+local mbs = stream(stream_bytes, 65536)
+report(("peak RSS after streaming %d MiB"):format(stream_bytes >> 20), vm_hwm_kib() / 1024, "%.1f MiB",
+  ("(VmHWM, capture off; %.0f MB/s; target < 64 MiB)"):format(mbs))
+sb:close()
+sandbox.shutdown()

@@ -1,0 +1,179 @@
+--[[
+The provider benchmark, run by smolwf (bench/provider_bench.sh runs it):
+
+  smolwf bench/provider_bench.lua PROVIDER SPAWN_LOOP [EXECS] [STREAM_BYTES]
+
+PROVIDER is smolwf-provider, SPAWN_LOOP is smolwf-bench-spawn-loop
+(bench/spawn_loop.c). Side by side in one run it prints:
+  - the median cost of starting /bin/true with a plain posix_spawn +
+    waitpid loop, and with a fresh `bwrap --unshare-all ...` per command;
+  - the median round trip of `exec /bin/true` through the provider under
+    local/default and bwrap/default, and its ratio to the plain loop;
+  - execs/s with 16 in flight, and the machine's CPU utilisation meanwhile;
+  - MB/s of stdout payload streamed through events, and the provider's
+    peak RSS (VmHWM) after streaming STREAM_BYTES (default 1 GiB).
+The client side is the kit's thin raw connection (smol.conformance.wire),
+so the figures are the provider's cost plus a minimal client.
+]]
+local core = require "smol.core"
+local wire = require "smol.conformance.wire"
+
+local provider = assert(arg[1], "usage: provider_bench.lua PROVIDER SPAWN_LOOP [EXECS] [STREAM_BYTES]")
+local spawn_loop = assert(arg[2], "usage: provider_bench.lua PROVIDER SPAWN_LOOP [EXECS] [STREAM_BYTES]")
+local EXECS = math.tointeger(tonumber(arg[3] or "")) or 1000
+local STREAM_BYTES = math.tointeger(tonumber(arg[4] or "")) or 1024 * 1024 * 1024
+local null = wire.null
+
+local function report(name, value, fmt, note)
+  print(("%-44s " .. fmt .. "%s"):format(name, value, note and ("   " .. note) or ""))
+end
+
+-- Runs a helper program to completion; returns its stdout.
+local function capture(argv)
+  local out, status = {}, nil
+  local proc = assert(core.spawn{file = argv[1], args = argv, stdout = "chunks",
+    on_stdout = function(d) if d then out[#out + 1] = d end end,
+    on_exit = function(code) status = code end})
+  while status == nil do core.run_once() end
+  proc:close()
+  assert(status == 0, argv[1] .. " failed with exit code " .. tostring(status))
+  return table.concat(out)
+end
+
+local function spawn_loop_median_ms(n, argv)
+  local cmd = {spawn_loop, tostring(n)}
+  for _, a in ipairs(argv) do cmd[#cmd + 1] = a end
+  return tonumber(capture(cmd):match("median_us=([%d.]+)")) / 1000
+end
+
+local BWRAP_PER_COMMAND = {"bwrap", "--unshare-all", "--die-with-parent", "--new-session",
+  "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+  "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/sbin", "/sbin",
+  "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "/bin/true"}
+
+local function open_session(conn, profile)
+  local prov, name = profile:match("^(.-)/(.*)$")
+  local req = conn:call("open", {metadata = {request_id = "bench", sandbox_group_id = "bench"},
+    profile = {provider = prov, name = name}, workspace_sync = {host_path = null}, cwd = null})
+  assert(req.result and req.result.id, "open " .. profile .. " failed: " ..
+    require("smol.conformance.expect").reply(req))
+  return req.result
+end
+
+local function exec_params(session, argv)
+  return {session = session, argv = argv, cwd = null, env = null, stdin_base64 = null}
+end
+
+local function median(t)
+  table.sort(t)
+  return t[#t // 2 + 1]
+end
+
+-- Median ms of one exec round trip, one at a time.
+local function sequential_ms(conn, session, n)
+  local times = {}
+  for i = 1, n do
+    local t0 = core.now()
+    local req = conn:call("exec", exec_params(session, {"/bin/true"}))
+    assert(req.result and req.result.exit_code == 0, "exec /bin/true failed")
+    times[i] = core.now() - t0
+  end
+  return median(times) * 1000
+end
+
+-- Busy and total jiffies of the whole machine (first line of /proc/stat).
+local function cpu_jiffies()
+  local f = assert(io.open("/proc/stat"))
+  local line = f:read("l")
+  f:close()
+  local v = {}
+  for n in line:gmatch("%d+") do v[#v + 1] = tonumber(n) end
+  local total = 0
+  for _, x in ipairs(v) do total = total + x end
+  return total - v[4] - (v[5] or 0), total     -- idle and iowait are not busy
+end
+
+-- Keeps `width` execs in flight until n finished; execs/s and CPU busy share.
+local function in_flight(conn, session, n, width)
+  local sent, finished = 0, 0
+  local function launch()
+    sent = sent + 1
+    local req = conn:send("exec", exec_params(session, {"/bin/true"}))
+    return req
+  end
+  local live = {}
+  local busy0, total0 = cpu_jiffies()
+  local t0 = core.now()
+  for i = 1, width do live[i] = launch() end
+  while finished < n do
+    core.run_once()
+    for i, req in ipairs(live) do
+      if req.done then
+        finished = finished + 1
+        live[i] = sent < n and launch() or {done = false}
+      end
+    end
+  end
+  local secs = core.now() - t0
+  local busy1, total1 = cpu_jiffies()
+  return n / secs, (busy1 - busy0) / math.max(1, total1 - total0)
+end
+
+local function payload_bytes(b64)
+  if type(b64) ~= "string" then return 0 end
+  local pad = #b64:match("=*$")
+  return #b64 // 4 * 3 - pad
+end
+
+-- Streams `bytes` of zeros as stdout events; MB/s of payload.
+local function stream(conn, session, bytes)
+  local got = 0
+  local params = exec_params(session, {"head", "-c", tostring(bytes), "/dev/zero"})
+  params.max_output_bytes = 0
+  local t0 = core.now()
+  local req = conn:send("exec", params, {discard_events = true, on_event = function(ev)
+    if ev.type == "stdout" then got = got + payload_bytes(ev.data_base64) end
+  end})
+  conn:wait(req, 600)
+  local secs = core.now() - t0
+  assert(got == bytes, ("streamed %d of %d bytes"):format(got, bytes))
+  return bytes / secs / 1e6
+end
+
+local function vm_hwm_mib(pid)
+  local f = io.open("/proc/" .. pid .. "/status")
+  if not f then return -1 end
+  local kib = f:read("a"):match("VmHWM:%s*(%d+)")
+  f:close()
+  return tonumber(kib) / 1024
+end
+
+local function bench_profile(profile, plain_ms)
+  local conn = assert(wire.start({provider, "serve"}))
+  local session = open_session(conn, profile)
+  sequential_ms(conn, session, 50)   -- warm up
+  local ms = sequential_ms(conn, session, EXECS)
+  local target = profile:match("^local") and 1.10 or 1.25
+  report("exec /bin/true via provider, " .. profile, ms, "%.3f ms",
+    ("(%.2fx the plain loop; target <= %.2fx)"):format(ms / plain_ms, target))
+  local rate, busy = in_flight(conn, session, EXECS, 16)
+  report("  16 in flight, " .. profile, rate, "%.0f execs/s",
+    ("(CPU busy %.0f%% of 2 cores; sequential %.0f execs/s)"):format(busy * 100, 1000 / ms))
+  local mbs = stream(conn, session, 256 * 1024 * 1024)
+  report("  stdout payload through events, " .. profile, mbs, "%.0f MB/s", "(target >= 500)")
+  local big = stream(conn, session, STREAM_BYTES)
+  report(("  provider peak RSS after %d MiB, %s"):format(STREAM_BYTES >> 20, profile),
+    vm_hwm_mib(conn.pid), "%.1f MiB", ("(VmHWM; %.0f MB/s; target < 64 MiB)"):format(big))
+  conn:call("close", session)
+  conn:stop()
+end
+
+local plain_ms = spawn_loop_median_ms(EXECS, {"/bin/true"})
+report("plain posix_spawn + waitpid of /bin/true", plain_ms, "%.3f ms")
+local bwrap_ms = spawn_loop_median_ms(math.max(50, EXECS // 5), BWRAP_PER_COMMAND)
+report("fresh bwrap --unshare-all per command", bwrap_ms, "%.3f ms",
+  ("(%.2fx the plain loop)"):format(bwrap_ms / plain_ms))
+for _, profile in ipairs({"local/default", "bwrap/default"}) do
+  local ok, err = pcall(bench_profile, profile, plain_ms)
+  if not ok then report(profile, "failed: " .. tostring(err), "%s") end
+end

@@ -1,0 +1,17 @@
+#!/bin/sh
+# The provider benchmark: prints figures, passes or fails nothing.
+#
+#   bench/provider_bench.sh BUILD_DIR [EXECS] [STREAM_BYTES]
+#
+# BUILD_DIR is a cmake build of this repo with the targets smolwf,
+# smolwf-provider and smolwf-bench-spawn-loop built, e.g.
+#   cmake -S . -B /tmp/build && cmake --build /tmp/build -j2 \
+#     --target smolwf smolwf-provider smolwf-bench-spawn-loop
+#   bench/provider_bench.sh /tmp/build
+# EXECS (default 1000) is how many execs each figure is the median of;
+# STREAM_BYTES (default 1 GiB) is what the peak-RSS run streams.
+set -eu
+build=${1:?usage: bench/provider_bench.sh BUILD_DIR [EXECS] [STREAM_BYTES]}
+here=$(cd "$(dirname "$0")" && pwd)
+exec "$build/smolwf" "$here/provider_bench.lua" "$build/smolwf-provider" \
+  "$build/bench/smolwf-bench-spawn-loop" "${2:-1000}" "${3:-1073741824}"

@@ -1,0 +1,51 @@
+/*
+** The seam between the protocol side of the provider (sessions, file
+** operations, process bookkeeping) and the way a session's commands are
+** isolated. backend_local.c runs commands as plain processes on the host;
+** backend_bwrap.c runs them inside one long-lived bubblewrap sandbox per
+** session, started once at open.
+*/
+#ifndef SMOL_BACKEND_H
+#define SMOL_BACKEND_H
+
+#include <sys/types.h>
+#include "spawn.h"
+
+struct session;   /* session.h */
+struct proc;      /* process.h */
+
+typedef struct backend_ops {
+  const char *isolation;   /* "none" or "namespaces", announced in capabilities */
+
+  /*
+  ** Prepares the session once at open. The session's root, workspace and
+  ** tmp directories already exist on the host; the backend sets how
+  ** commands see them (session->workspace_view, session->tmp_view) and may
+  ** keep private state in session->backend_data. Returns 0, or -1 with a
+  ** protocol error code ("unsupported", "internal", ...) and a message
+  ** written into code/msg.
+  */
+  int (*open)(struct session *s, const char **code, char *msg, size_t msglen);
+
+  /*
+  ** Starts one command (spec paths are as commands see them). On success
+  ** stores the pid (as signal() understands it) in the proc and returns 0;
+  ** later calls proc_exited(proc, wait_status) exactly once, from the loop.
+  ** Returns -errno when no process could be made.
+  */
+  int (*start)(struct session *s, struct proc *p, const spawn_spec *spec);
+
+  /* Sends signo to the process group of p. */
+  int (*signal)(struct session *s, struct proc *p, int signo);
+
+  /* Kills everything the session started and releases backend_data. Once. */
+  void (*close)(struct session *s);
+} backend_ops;
+
+extern const backend_ops backend_local;
+extern const backend_ops backend_bwrap;
+
+/* Called by a backend when a command it started has ended (waitpid-style status). */
+void proc_exited(struct proc *p, int wait_status);
+
+#endif

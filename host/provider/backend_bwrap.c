@@ -1,0 +1,462 @@
+/*
+** The bubblewrap backend: one long-lived sandbox per session, made at
+** open, with the helper (sandbox_helper.c) as pid 1 inside. Every command
+** of the session is started by the helper, so they share the session's
+** namespaces (pid, /tmp...) and cost about what a plain spawn costs.
+**
+**   open   socketpairs -> `bwrap ... helper` (channel on its fd 0 and 1)
+**          -> wait for HELLO (or for bwrap to fail, and say why)
+**   start  START -> STARTED + pidfd -> host pid from fdinfo -> ACK
+**          (synchronous: the helper answers at once; a timeout guards
+**          against a helper that does not)
+**   exit   EXITED {tag, status} on the events channel, read by the loop
+**   signal kill(-host_pgid): the pid namespace is nested in ours, so a
+**          command's group is an ordinary process group seen from here
+**   close  close the control channel: the helper (pid 1) exits and the
+**          kernel kills everything left in the namespace; then reap bwrap
+*/
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "bwrap_args.h"
+#include "bwrap_probe.h"
+#include "process.h"
+#include "sandbox_helper.h"
+#include "session.h"
+
+/* Bounds on waiting for the helper: it answers in microseconds unless it is gone. */
+#define STARTUP_TIMEOUT_MS 10000
+#define REPLY_TIMEOUT_MS 10000
+#define EXIT_TIMEOUT_MS 2000
+
+typedef struct running {
+  uint64_t tag;
+  proc *p;
+} running;
+
+typedef struct bwrap_state {
+  int control_fd;          /* our end of the control channel */
+  int events_fd;           /* our end of the events channel */
+  int helper_pidfd;        /* the helper (pid 1 inside), from HELLO */
+  pid_t bwrap_pid;         /* the bwrap monitor process, our child */
+  int bwrap_pidfd;
+  uv_poll_t events_watch;
+  bool watching;
+  bool broken;             /* the helper is gone: no more commands */
+  uint64_t next_tag;
+  running *running;        /* commands started and not yet exited */
+  size_t nrunning, running_cap;
+} bwrap_state;
+
+/* ====================================================== channel I/O */
+
+/* Sends msg with up to three fds (-1 entries skipped). 0 or -errno. */
+static int send_message(int sock, const void *msg, size_t len, const int *fds, int nfds) {
+  union { struct cmsghdr h; char buf[CMSG_SPACE(3 * sizeof(int))]; } ctl;
+  struct iovec iov = {(void *)msg, len};
+  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+  if (nfds > 0) {
+    memset(&ctl, 0, sizeof ctl);
+    mh.msg_control = ctl.buf;
+    mh.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+    memcpy(CMSG_DATA(c), fds, (size_t)nfds * sizeof(int));
+  }
+  ssize_t n;
+  do n = sendmsg(sock, &mh, MSG_NOSIGNAL); while (n < 0 && errno == EINTR);
+  return n < 0 ? -errno : 0;
+}
+
+/* Receives one reply and at most one fd (*fd = -1 if none). Bytes read, 0 at EOF, or -errno. */
+static ssize_t recv_reply(int sock, helper_reply *r, int *fd, int flags) {
+  union { struct cmsghdr h; char buf[CMSG_SPACE(sizeof(int))]; } ctl;
+  struct iovec iov = {r, sizeof *r};
+  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+                      .msg_controllen = sizeof ctl.buf};
+  ssize_t n;
+  do n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | flags); while (n < 0 && errno == EINTR);
+  *fd = -1;
+  struct cmsghdr *c = n >= 0 ? CMSG_FIRSTHDR(&mh) : NULL;
+  if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int)))
+    memcpy(fd, CMSG_DATA(c), sizeof(int));
+  if (n < 0) return -errno;
+  if (n > 0 && n != (ssize_t)sizeof *r) {
+    if (*fd >= 0) close(*fd);
+    *fd = -1;
+    return -EPROTO;
+  }
+  return n;
+}
+
+static void set_timeouts(int sock, int ms) {
+  struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+  setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+}
+
+/* ====================================================== bookkeeping */
+
+static void track(bwrap_state *st, uint64_t tag, proc *p) {
+  if (st->nrunning == st->running_cap) {
+    st->running_cap = st->running_cap ? st->running_cap * 2 : 16;
+    st->running = realloc(st->running, st->running_cap * sizeof *st->running);
+    if (!st->running) abort();
+  }
+  st->running[st->nrunning++] = (running){tag, p};
+}
+
+/* The proc started under tag, removed from the table; NULL if unknown. */
+static proc *untrack(bwrap_state *st, uint64_t tag) {
+  for (size_t i = 0; i < st->nrunning; i++) {
+    if (st->running[i].tag == tag) {
+      proc *p = st->running[i].p;
+      st->running[i] = st->running[--st->nrunning];
+      return p;
+    }
+  }
+  return NULL;
+}
+
+/* ====================================================== exits (from the loop) */
+
+static void stop_watching(bwrap_state *st);
+
+/*
+** The helper is gone (it crashed, or bwrap died): the kernel has killed
+** every process of the namespace, so each running command ended by SIGKILL.
+*/
+static void helper_lost(bwrap_state *st) {
+  if (!st->broken) fprintf(stderr, "smolwf-provider: a bubblewrap session's sandbox ended unexpectedly\n");
+  st->broken = true;
+  stop_watching(st);
+  while (st->nrunning > 0) {
+    proc *p = st->running[--st->nrunning].p;
+    proc_exited(p, SIGKILL);   /* a wait status for "killed by SIGKILL" */
+  }
+}
+
+static void on_events(uv_poll_t *h, int status, int events) {
+  (void)status; (void)events;
+  bwrap_state *st = h->data;
+  for (;;) {
+    helper_reply r;
+    int fd;
+    ssize_t n = recv_reply(st->events_fd, &r, &fd, MSG_DONTWAIT);
+    if (fd >= 0) close(fd);
+    if (n == -EAGAIN) return;
+    if (n <= 0 || r.type != HELPER_EXITED) { helper_lost(st); return; }
+    proc *p = untrack(st, r.tag);
+    if (p) proc_exited(p, r.value);
+  }
+}
+
+static void release_fds(bwrap_state *st);
+
+static void free_state(uv_handle_t *h) {
+  bwrap_state *st = h->data;
+  release_fds(st);
+  free(st);
+}
+
+static void stop_watching(bwrap_state *st) {
+  if (!st->watching) return;
+  st->watching = false;
+  uv_poll_stop(&st->events_watch);
+}
+
+/* ====================================================== open */
+
+/* Why a probe-approved sandbox still failed: what bwrap wrote on stderr. */
+static void startup_failure(int errfd, char *msg, size_t msglen) {
+  char said[512];
+  ssize_t n = read(errfd, said, sizeof said - 1);
+  said[n > 0 ? n : 0] = '\0';
+  said[strcspn(said, "\n")] = '\0';
+  snprintf(msg, msglen, "the bubblewrap sandbox did not start: %s",
+           *said ? (strncmp(said, "bwrap: ", 7) == 0 ? said + 7 : said) : "no reason given");
+}
+
+/* Waits for the helper's HELLO (with its pidfd). 0, or -1 when the sandbox did not come up. */
+static int await_hello(bwrap_state *st) {
+  struct pollfd p = {st->events_fd, POLLIN, 0};
+  if (poll(&p, 1, STARTUP_TIMEOUT_MS) <= 0) return -1;
+  helper_reply hello;
+  ssize_t n = recv_reply(st->events_fd, &hello, &st->helper_pidfd, MSG_DONTWAIT);
+  if (n > 0 && hello.type == HELPER_HELLO && st->helper_pidfd >= 0) return 0;
+  if (st->helper_pidfd >= 0) close(st->helper_pidfd);
+  st->helper_pidfd = -1;
+  return -1;
+}
+
+/* The provider's own executable, bound into the sandbox as the helper. */
+static const char *self_exe(void) {
+  static char path[4096];
+  if (!path[0]) {
+    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+    path[n > 0 ? n : 0] = '\0';
+  }
+  return path;
+}
+
+static pid_t start_bwrap(session *s, int control, int events, int errfd) {
+  static char *const command[] = {SANDBOX_HELPER, "helper", NULL};
+  static char *const env[] = {"PATH=/usr/bin:/bin", NULL};
+  bwrap_layout layout = {.profile = s->profile, .workspace_host = s->workspace_host,
+                         .tmp_host = s->tmp_host, .helper_exe = self_exe(), .command = command};
+  argvec argv = {0};
+  bwrap_args_build(&argv, bwrap_program(), &layout);
+  spawn_spec spec = {.argv = argv.v, .envp = env, .fd_in = control, .fd_out = events, .fd_err = errfd};
+  pid_t pid = spawn_start(&spec);
+  argvec_clear(&argv);
+  return pid;
+}
+
+/* Ends the sandbox and reaps bwrap: politely (the helper exits), then by force. */
+static void end_sandbox(bwrap_state *st) {
+  if (st->control_fd >= 0) close(st->control_fd);
+  st->control_fd = -1;
+  if (st->bwrap_pid <= 0) return;
+  struct pollfd p = {st->bwrap_pidfd, POLLIN, 0};
+  if (st->bwrap_pidfd < 0 || poll(&p, 1, EXIT_TIMEOUT_MS) <= 0) kill(st->bwrap_pid, SIGKILL);
+  /* Killed by force, bwrap's --die-with-parent takes the helper down: wait for that too. */
+  struct pollfd h = {st->helper_pidfd, POLLIN, 0};
+  if (st->helper_pidfd >= 0) {
+    syscall(SYS_pidfd_send_signal, st->helper_pidfd, SIGKILL, NULL, 0);
+    poll(&h, 1, EXIT_TIMEOUT_MS);
+  }
+  while (waitpid(st->bwrap_pid, NULL, 0) < 0 && errno == EINTR) {}
+  st->bwrap_pid = 0;
+}
+
+static void release_fds(bwrap_state *st) {
+  if (st->events_fd >= 0) close(st->events_fd);
+  if (st->helper_pidfd >= 0) close(st->helper_pidfd);
+  if (st->bwrap_pidfd >= 0) close(st->bwrap_pidfd);
+  st->events_fd = st->helper_pidfd = st->bwrap_pidfd = -1;
+}
+
+/* Starts bwrap with the channel and waits for the helper. 0, or -1 with msg filled. */
+static int launch(session *s, bwrap_state *st, char *msg, size_t msglen) {
+  int control[2], events[2], err[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, control) < 0) goto fail_errno;
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, events) < 0) goto fail_control;
+  if (pipe2(err, O_CLOEXEC) < 0) goto fail_events;
+  st->bwrap_pid = start_bwrap(s, control[1], events[1], err[1]);
+  close(control[1]); close(events[1]); close(err[1]);
+  st->control_fd = control[0];
+  st->events_fd = events[0];
+  int rc = st->bwrap_pid > 0 ? 0 : -1;
+  if (rc == 0) st->bwrap_pidfd = (int)syscall(SYS_pidfd_open, st->bwrap_pid, 0);
+  if (rc == 0 && (rc = await_hello(st)) < 0) startup_failure(err[0], msg, msglen);
+  else if (rc < 0) snprintf(msg, msglen, "cannot start %s: %s", bwrap_program(), strerror(-st->bwrap_pid));
+  close(err[0]);
+  return rc;
+fail_events:
+  close(events[0]); close(events[1]);
+fail_control:
+  close(control[0]); close(control[1]);
+fail_errno:
+  snprintf(msg, msglen, "cannot create the sandbox channel: %s", strerror(errno));
+  return -1;
+}
+
+static void set_views(session *s) {
+  free(s->workspace_view);
+  free(s->tmp_view);
+  s->workspace_view = strdup(SANDBOX_WORKSPACE);
+  s->tmp_view = strdup(SANDBOX_TMP);
+}
+
+/* A missing bind source would stop bwrap with a terse message; say which and where. */
+static int check_binds(const profile *p, const char **code, char *msg, size_t msglen) {
+  for (size_t i = 0; i < p->nbinds; i++) {
+    if (access(p->binds[i].host_path, F_OK) == 0) continue;
+    *code = errno == ENOENT ? "not_found" : "permission_denied";
+    snprintf(msg, msglen, "bind of %s (at %s in the sandbox): %s", p->binds[i].host_path,
+             p->binds[i].sandbox_path, strerror(errno));
+    return -1;
+  }
+  *code = "internal";   /* for whatever fails after this */
+  return 0;
+}
+
+static void bwrap_close(session *s);
+
+static int bwrap_open(session *s, const char **code, char *msg, size_t msglen) {
+  const char *why;
+  if (!bwrap_usable(&why)) {
+    *code = "unsupported";
+    snprintf(msg, msglen, "bubblewrap sandboxes cannot run here: %s; the profile local/default "
+             "works here, without isolation", why);
+    return -1;
+  }
+  bwrap_state *st = calloc(1, sizeof *st);
+  if (!st) abort();
+  st->control_fd = st->events_fd = st->helper_pidfd = st->bwrap_pidfd = -1;
+  s->backend_data = st;
+  if (check_binds(s->profile, code, msg, msglen) < 0 || launch(s, st, msg, msglen) < 0) {
+    bwrap_close(s);   /* a failed open is not closed by session.c */
+    return -1;
+  }
+  set_timeouts(st->control_fd, REPLY_TIMEOUT_MS);
+  uv_poll_init(s->loop, &st->events_watch, st->events_fd);
+  st->events_watch.data = st;
+  uv_poll_start(&st->events_watch, UV_READABLE, on_events);
+  st->watching = true;
+  set_views(s);
+  return 0;
+}
+
+/* ====================================================== start */
+
+static size_t strings_size(char *const *v, size_t *count) {
+  size_t total = 0;
+  *count = 0;
+  for (; v && v[*count]; (*count)++) total += strlen(v[*count]) + 1;
+  return total;
+}
+
+static char *put_strings(char *out, char *const *v) {
+  for (; v && *v; v++) out = stpcpy(out, *v) + 1;
+  return out;
+}
+
+/* The START message for spec (malloc'ed, *len set), or NULL with -E2BIG when too large. */
+static char *encode_start(const spawn_spec *spec, uint64_t tag, size_t *len) {
+  size_t argc, envc;
+  size_t size = sizeof(helper_start) + strings_size(spec->argv, &argc) + strings_size(spec->envp, &envc) +
+                (spec->cwd ? strlen(spec->cwd) + 1 : 0);
+  if (size > HELPER_MAX_MESSAGE) return NULL;
+  char *msg = calloc(1, size);
+  if (!msg) abort();
+  helper_start *h = (helper_start *)msg;
+  *h = (helper_start){.type = HELPER_START, .tag = tag, .argc = (uint32_t)argc,
+                      .envc = (uint32_t)envc, .has_cwd = spec->cwd != NULL};
+  h->fd_mask = (spec->fd_in >= 0 ? HELPER_HAS_STDIN : 0) | (spec->fd_out >= 0 ? HELPER_HAS_STDOUT : 0) |
+               (spec->fd_err >= 0 ? HELPER_HAS_STDERR : 0);
+  if (spec->limits) { h->limits = *spec->limits; h->has_limits = 1; }
+  char *end = put_strings(put_strings(msg + sizeof *h, spec->argv), spec->envp);
+  if (spec->cwd) strcpy(end, spec->cwd);
+  *len = size;
+  return msg;
+}
+
+/* The pid a pidfd refers to, as seen from the provider's pid namespace; -1 if gone. */
+static pid_t host_pid(int pidfd) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/self/fdinfo/%d", pidfd);
+  FILE *f = fopen(path, "re");
+  pid_t pid = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "Pid: %d", &pid) == 1) break;
+  if (f) fclose(f);
+  return pid;
+}
+
+static int send_start(bwrap_state *st, const spawn_spec *spec, uint64_t tag) {
+  size_t len;
+  char *msg = encode_start(spec, tag, &len);
+  if (!msg) return -E2BIG;
+  int fds[3], nfds = 0;
+  if (spec->fd_in >= 0) fds[nfds++] = spec->fd_in;
+  if (spec->fd_out >= 0) fds[nfds++] = spec->fd_out;
+  if (spec->fd_err >= 0) fds[nfds++] = spec->fd_err;
+  int rc = send_message(st->control_fd, msg, len, fds, nfds);
+  free(msg);
+  return rc;
+}
+
+/* Reads STARTED for tag; on success the command is held unreaped until ACK. Returns its pidfd or -errno. */
+static int await_started(bwrap_state *st, uint64_t tag) {
+  helper_reply r;
+  int pidfd;
+  ssize_t n = recv_reply(st->control_fd, &r, &pidfd, 0);
+  if (n <= 0 || r.type != HELPER_STARTED || r.tag != tag || (r.value == 0) != (pidfd >= 0)) {
+    if (pidfd >= 0) close(pidfd);
+    return n < 0 ? (int)n : -EPROTO;
+  }
+  return r.value < 0 ? r.value : pidfd;
+}
+
+/* After a channel failure the helper cannot be trusted to be in step: end the session's sandbox. */
+static int channel_broken(bwrap_state *st, int err) {
+  fprintf(stderr, "smolwf-provider: bubblewrap session channel: %s\n", strerror(-err));
+  st->broken = true;
+  end_sandbox(st);
+  return err == -EAGAIN ? -ETIMEDOUT : err;
+}
+
+static int bwrap_start(session *s, proc *p, const spawn_spec *spec) {
+  bwrap_state *st = s->backend_data;
+  if (st->broken) return -EPIPE;
+  uint64_t tag = ++st->next_tag;
+  int rc = send_start(st, spec, tag);
+  if (rc == -E2BIG) return rc;
+  int pidfd = rc < 0 ? rc : await_started(st, tag);
+  if (pidfd == -EPROTO || pidfd == -EAGAIN || pidfd == -EPIPE || pidfd == -ECONNRESET)
+    return channel_broken(st, pidfd);
+  if (pidfd < 0) return pidfd;   /* the helper could not start it (e.g. EAGAIN from RLIMIT_NPROC) */
+  pid_t pid = host_pid(pidfd);
+  helper_reply ack = {HELPER_ACK, 0, tag};
+  rc = send_message(st->control_fd, &ack, sizeof ack, NULL, 0);
+  if (pid <= 0) syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+  close(pidfd);
+  if (rc < 0) return channel_broken(st, rc);
+  if (pid <= 0) return -ESRCH;
+  p->pid = pid;
+  track(st, tag, p);
+  return 0;
+}
+
+/* ====================================================== signal, close */
+
+static int bwrap_signal(session *s, proc *p, int signo) {
+  (void)s;
+  if (kill(-p->pid, signo) == 0 || errno == ESRCH) return 0;
+  return -errno;
+}
+
+/*
+** Ending the helper ends the namespace: the kernel kills every process in
+** it (grandchildren and daemons included) before bwrap exits. Procs still
+** running are the session's (procs_close_session) to forget, not ours.
+*/
+static void bwrap_close(session *s) {
+  bwrap_state *st = s->backend_data;
+  if (!st) return;
+  s->backend_data = NULL;
+  end_sandbox(st);
+  free(st->running);
+  st->running = NULL;
+  st->nrunning = 0;
+  if (st->events_watch.loop) {   /* libuv still refers to the fd: close both in its callback */
+    stop_watching(st);
+    uv_close((uv_handle_t *)&st->events_watch, free_state);
+  } else {
+    release_fds(st);
+    free(st);
+  }
+}
+
+const backend_ops backend_bwrap = {
+  .isolation = "namespaces",
+  .open = bwrap_open,
+  .start = bwrap_start,
+  .signal = bwrap_signal,
+  .close = bwrap_close,
+};

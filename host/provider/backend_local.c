@@ -1,0 +1,140 @@
+/*
+** The local backend: commands run as ordinary processes on the host, in
+** the session's private directory (local/default, and auto/default where
+** bubblewrap cannot run). Commands see host paths.
+**
+** Exits are watched with a pidfd per child polled by the loop (Linux 5.3+):
+** no SIGCHLD handler, so nothing else in the provider can reap our
+** children by accident, and a child is reaped even after its session is
+** gone (its watcher then just forgets the proc).
+*/
+#define _GNU_SOURCE
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "process.h"
+#include "session.h"
+
+typedef struct child_watch {
+  uv_poll_t poll;
+  int pidfd;
+  pid_t pid;
+  proc *p;                     /* NULL once the session was closed: only reap */
+  struct child_watch *next;    /* in the session's list */
+} child_watch;
+
+typedef struct local_state {
+  child_watch *children;
+} local_state;
+
+static void set_view(char **view, const char *host) {
+  free(*view);
+  *view = strdup(host);
+}
+
+static int local_open(session *s, const char **code, char *msg, size_t msglen) {
+  (void)code; (void)msg; (void)msglen;
+  set_view(&s->workspace_view, s->workspace_host);
+  set_view(&s->tmp_view, s->tmp_host);
+  s->backend_data = calloc(1, sizeof(local_state));
+  return 0;
+}
+
+static void unlink_watch(session *s, child_watch *w) {
+  local_state *st = s->backend_data;
+  for (child_watch **pp = &st->children; *pp; pp = &(*pp)->next)
+    if (*pp == w) { *pp = w->next; return; }
+}
+
+static void free_watch(uv_handle_t *h) {
+  child_watch *w = (child_watch *)h;
+  close(w->pidfd);
+  free(w);
+}
+
+static void on_child_ready(uv_poll_t *h, int status, int events) {
+  (void)status; (void)events;
+  child_watch *w = (child_watch *)h;
+  int wstatus;
+  pid_t rc = waitpid(w->pid, &wstatus, WNOHANG);
+  if (rc == 0 || (rc < 0 && errno == EINTR)) return;   /* not yet: poll again */
+  if (rc < 0) wstatus = 0;   /* cannot happen for our own child; report a plain exit */
+  uv_poll_stop(h);
+  uv_close((uv_handle_t *)h, free_watch);
+  proc *p = w->p;
+  if (!p) return;
+  unlink_watch(p->session, w);
+  proc_exited(p, wstatus);
+}
+
+/* Drops groups that no longer exist, so a long session does not grow its list. */
+static void prune_groups(session *s) {
+  size_t kept = 0;
+  for (size_t i = 0; i < s->ngroups; i++)
+    if (kill(-s->groups[i], 0) == 0 || errno != ESRCH) s->groups[kept++] = s->groups[i];
+  s->ngroups = kept;
+}
+
+static int watch_child(session *s, proc *p, pid_t pid) {
+  int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+  if (pidfd < 0) return -errno;
+  child_watch *w = calloc(1, sizeof *w);
+  w->pidfd = pidfd;
+  w->pid = pid;
+  w->p = p;
+  uv_poll_init(s->loop, &w->poll, pidfd);
+  uv_poll_start(&w->poll, UV_READABLE, on_child_ready);
+  local_state *st = s->backend_data;
+  w->next = st->children;
+  st->children = w;
+  p->backend_data = w;
+  return 0;
+}
+
+static int local_start(session *s, proc *p, const spawn_spec *spec) {
+  pid_t pid = spawn_start(spec);
+  if (pid < 0) return pid;
+  int rc = watch_child(s, p, pid);
+  if (rc < 0) {   /* no pidfd: we could never learn of its exit, so do not keep it */
+    kill(-pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return rc;
+  }
+  p->pid = pid;
+  prune_groups(s);
+  session_add_group(s, pid);
+  return 0;
+}
+
+static int local_signal(session *s, proc *p, int signo) {
+  (void)s;
+  if (kill(-p->pid, signo) == 0 || errno == ESRCH) return 0;
+  return -errno;
+}
+
+/*
+** Kills every group the session ever started (grandchildren left behind
+** by an exited command included); watchers stay to reap, without the proc.
+*/
+static void local_close(session *s) {
+  for (size_t i = 0; i < s->ngroups; i++) kill(-s->groups[i], SIGKILL);
+  local_state *st = s->backend_data;
+  if (!st) return;
+  for (child_watch *w = st->children; w; w = w->next) w->p = NULL;
+  free(st);
+  s->backend_data = NULL;
+}
+
+const backend_ops backend_local = {
+  .isolation = "none",
+  .open = local_open,
+  .start = local_start,
+  .signal = local_signal,
+  .close = local_close,
+};

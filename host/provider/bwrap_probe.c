@@ -1,0 +1,167 @@
+/*
+** The bwrap probe (see bwrap_probe.h). It starts the very sandbox a
+** bwrap/default session would (with empty tmpfs areas and `true` as the
+** command), so whatever stops sessions here - no bwrap, user namespaces
+** disabled, a container that forbids mounting /proc - shows up once, at
+** the first open, with bwrap's own words in the reason.
+*/
+#define _GNU_SOURCE
+#include "bwrap_probe.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bwrap_args.h"
+#include "spawn.h"
+
+/* A probe that takes longer than this is as good as broken. */
+#define PROBE_TIMEOUT_MS 10000
+
+static bool probed, usable;
+static char reason[768];
+static char program[4096];
+
+/* ====================================================== finding bwrap */
+
+static bool is_executable_file(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
+}
+
+/* $SMOLWF_BWRAP, else the first executable `bwrap` in $PATH; false if none. */
+static bool find_program(void) {
+  const char *forced = getenv("SMOLWF_BWRAP");
+  if (forced && *forced) {
+    snprintf(program, sizeof program, "%s", forced);
+    return forced[0] == '/' && is_executable_file(program);
+  }
+  const char *path = getenv("PATH");
+  for (const char *dir = path ? path : ""; *dir; ) {
+    size_t len = strcspn(dir, ":");
+    if (len > 0 && dir[0] == '/') {
+      snprintf(program, sizeof program, "%.*s/bwrap", (int)len, dir);
+      if (is_executable_file(program)) return true;
+    }
+    dir += len + (dir[len] == ':');
+  }
+  return false;
+}
+
+/* ====================================================== running the probe */
+
+/* Reads what bwrap says on stderr until it closes it (or the time is up). */
+static void read_stderr(int fd, char *buf, size_t size) {
+  size_t used = 0;
+  struct pollfd p = {fd, POLLIN, 0};
+  while (used + 1 < size && poll(&p, 1, PROBE_TIMEOUT_MS) > 0) {
+    ssize_t n = read(fd, buf + used, size - 1 - used);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    used += (size_t)n;
+  }
+  buf[used] = '\0';
+}
+
+/* Runs the probe sandbox; returns its wait status (or -errno) with its stderr in out. */
+static int run_probe(char *out, size_t outlen) {
+  static char *const command[] = {"true", NULL};
+  static char *const env[] = {"PATH=/usr/bin:/bin", NULL};
+  profile none = {.name = "bwrap/default", .isolation = ISOLATION_NAMESPACES};
+  bwrap_layout layout = {.profile = &none, .command = command};
+  argvec argv = {0};
+  bwrap_args_build(&argv, program, &layout);
+  int pipefd[2];
+  if (pipe2(pipefd, O_CLOEXEC) < 0) { argvec_clear(&argv); return -errno; }
+  spawn_spec spec = {.argv = argv.v, .envp = env, .fd_in = -1, .fd_out = -1, .fd_err = pipefd[1]};
+  pid_t pid = spawn_start(&spec);
+  close(pipefd[1]);
+  argvec_clear(&argv);
+  out[0] = '\0';
+  if (pid > 0) read_stderr(pipefd[0], out, outlen);
+  close(pipefd[0]);
+  if (pid < 0) return pid;
+  kill(-pid, SIGKILL);   /* no-op after a normal exit; ends a probe that hung */
+  int status;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return -errno;
+  return status;
+}
+
+/* ====================================================== explaining a failure */
+
+static long read_sysctl(const char *path) {
+  FILE *f = fopen(path, "r");
+  long value = -1;
+  if (f && fscanf(f, "%ld", &value) != 1) value = -1;
+  if (f) fclose(f);
+  return value;
+}
+
+/* The kernel setting that forbids user namespaces, if one does. */
+static const char *userns_switch_off(void) {
+  if (read_sysctl("/proc/sys/user/max_user_namespaces") == 0)
+    return "user namespaces are disabled (user.max_user_namespaces = 0)";
+  if (read_sysctl("/proc/sys/kernel/unprivileged_userns_clone") == 0 && geteuid() != 0)
+    return "unprivileged user namespaces are disabled (kernel.unprivileged_userns_clone = 0)";
+  if (read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == 1 && geteuid() != 0)
+    return "AppArmor restricts unprivileged user namespaces "
+           "(kernel.apparmor_restrict_unprivileged_userns = 1)";
+  return NULL;
+}
+
+/* The first line bwrap wrote, without its "bwrap: " prefix. */
+static const char *first_line(char *text) {
+  text[strcspn(text, "\n")] = '\0';
+  return strncmp(text, "bwrap: ", 7) == 0 ? text + 7 : text;
+}
+
+static void explain_failure(int status, char *said) {
+  const char *off = userns_switch_off();
+  if (off)
+    snprintf(reason, sizeof reason, "%s; bwrap says: %.500s", off, first_line(said));
+  else if (status < 0)
+    snprintf(reason, sizeof reason, "cannot start %.500s: %s", program, strerror(-status));
+  else if (*said)
+    snprintf(reason, sizeof reason, "bwrap cannot create a sandbox here: %.600s", first_line(said));
+  else
+    snprintf(reason, sizeof reason, "bwrap cannot create a sandbox here (%s %d)",
+             WIFSIGNALED(status) ? "killed by signal" : "exit status",
+             WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+}
+
+static void probe(void) {
+  if (!find_program()) {
+    snprintf(reason, sizeof reason, "%s",
+             getenv("SMOLWF_BWRAP") && *getenv("SMOLWF_BWRAP")
+               ? "bubblewrap not found at $SMOLWF_BWRAP"
+               : "bubblewrap (bwrap) is not installed or not in PATH");
+    return;
+  }
+  char said[1024];
+  int status = run_probe(said, sizeof said);
+  usable = status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (!usable) explain_failure(status, said);
+}
+
+/* ====================================================== public API */
+
+bool bwrap_usable(const char **why) {
+  if (!probed) {
+    probe();
+    probed = true;
+  }
+  if (why) *why = usable ? NULL : reason;
+  return usable;
+}
+
+const char *bwrap_program(void) {
+  return bwrap_usable(NULL) ? program : NULL;
+}

@@ -1,0 +1,26 @@
+/*
+** Can bubblewrap sessions run on this machine? The answer is found once
+** (by running the same sandbox a session uses, with `true` inside) and
+** cached for the provider's lifetime.
+**
+** The bwrap program is $SMOLWF_BWRAP when set (tests point it at a missing
+** file to see the fail-closed path), else `bwrap` found in $PATH.
+*/
+#ifndef SMOL_BWRAP_PROBE_H
+#define SMOL_BWRAP_PROBE_H
+
+#include <stdbool.h>
+
+/*
+** True when bwrap sessions work. Otherwise false, and *why (if not NULL)
+** points to a sentence saying why, e.g. "bubblewrap (bwrap) is not
+** installed or not in PATH" or "user namespaces are disabled
+** (user.max_user_namespaces = 0)". Blocks for the probe on the first call
+** (about 10 ms).
+*/
+bool bwrap_usable(const char **why);
+
+/* The absolute path of the bwrap program; NULL unless bwrap_usable(). */
+const char *bwrap_program(void);
+
+#endif

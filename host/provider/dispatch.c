@@ -1,0 +1,59 @@
+/*
+** The method table: a request's method name to its handler. Methods that
+** work on a session get it looked up here from params.session, so every
+** handler starts with a live session.
+*/
+#include <string.h>
+
+#include "methods.h"
+
+typedef void (*plain_handler)(request *r, const cJSON *params);
+typedef void (*session_handler)(request *r, session *s, const cJSON *params);
+
+static const struct method {
+  const char *name;
+  plain_handler plain;
+  session_handler with_session;
+} methods[] = {
+  {"open", method_open, NULL},
+  {"close", method_close, NULL},
+  {"shutdown", method_shutdown, NULL},
+  {"describe", method_describe, NULL},
+  {"create_dir_all", NULL, method_create_dir_all},
+  {"write_file", NULL, method_write_file},
+  {"read_file", NULL, method_read_file},
+  {"remove", NULL, method_remove},
+  {"create_temp_dir", NULL, method_create_temp_dir},
+  {"stat", NULL, method_stat},
+  {"list_dir", NULL, method_list_dir},
+  {"exec", NULL, method_exec},
+  {"spawn", NULL, method_spawn},
+  {"wait", NULL, method_wait},
+  {"kill", NULL, method_kill},
+  {"write_stdin", NULL, method_write_stdin},
+};
+
+/* The session named by params.session.id, or NULL after answering r with the reason. */
+static session *lookup_session(request *r, const cJSON *params) {
+  const cJSON *obj = cJSON_GetObjectItemCaseSensitive(params, "session");
+  const cJSON *id = cJSON_GetObjectItemCaseSensitive(obj, "id");
+  if (!cJSON_IsObject(obj) || !cJSON_IsString(id)) {
+    reply_error(r, "invalid_request", "%s: field `session` must be the session object that open returned", r->method);
+    return NULL;
+  }
+  session *s = session_find(id->valuestring);
+  if (!s) reply_error(r, "unknown_session", "%s: no open session `%s`", r->method, id->valuestring);
+  return s;
+}
+
+void dispatch(request *r, const cJSON *params) {
+  for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++) {
+    const struct method *m = &methods[i];
+    if (strcmp(m->name, r->method) != 0) continue;
+    if (m->plain) { m->plain(r, params); return; }
+    session *s = lookup_session(r, params);
+    if (s) m->with_session(r, s, params);
+    return;
+  }
+  reply_error(r, "unknown_method", "unknown method `%s`", r->method);
+}

@@ -1,0 +1,647 @@
+/*
+** exec, spawn, wait, kill, write_stdin (see process.h).
+**
+** Output flows from a command's pipes either to the request it is owed to
+** (an exec, or a wait on a spawned process: streamed as events and copied
+** into the result up to max_output_bytes) or, for a spawned process nobody
+** waits on, into a 1 MiB ring per stream whose oldest bytes give way.
+** Streaming output pauses while the server's reply queue is congested;
+** buffered output never pauses (the ring drops instead).
+*/
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "methods.h"
+#include "paths.h"
+#include "process.h"
+
+#define DEFAULT_MAX_OUTPUT (64ull * 1024 * 1024)
+#define DEFAULT_GRACE_MS 2000
+#define SPAWN_BUFFER (1024 * 1024)
+#define PIPE_SIZE (1024 * 1024)
+#define READ_BUFFER (256 * 1024)
+#define EVENT_CHUNK (256 * 1024)
+#define BASE_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+static unsigned long next_proc;
+static bool output_paused;
+/* Read callbacks copy every chunk out at once, so one buffer serves every pipe. */
+static char read_buffer[READ_BUFFER];
+
+/* Options of exec and spawn, read from the request. */
+typedef struct start_opts {
+  char **argv;
+  char **envp;
+  char cwd[PATH_MAX];
+  char *stdin_data;
+  size_t stdin_len;
+  bool has_stdin;
+  uint64_t timeout_ms, idle_timeout_ms, grace_ms, max_output;
+} start_opts;
+
+static void update_reading(proc *p);
+static void maybe_finish(proc *p);
+
+/* ===== signal names ===== */
+
+static const struct { const char *name; int signo; } signals[] = {
+  {"HUP", SIGHUP}, {"INT", SIGINT}, {"QUIT", SIGQUIT}, {"ILL", SIGILL}, {"TRAP", SIGTRAP},
+  {"ABRT", SIGABRT}, {"BUS", SIGBUS}, {"FPE", SIGFPE}, {"KILL", SIGKILL}, {"USR1", SIGUSR1},
+  {"SEGV", SIGSEGV}, {"USR2", SIGUSR2}, {"PIPE", SIGPIPE}, {"ALRM", SIGALRM}, {"TERM", SIGTERM},
+  {"CHLD", SIGCHLD}, {"CONT", SIGCONT}, {"STOP", SIGSTOP}, {"TSTP", SIGTSTP}, {"TTIN", SIGTTIN},
+  {"TTOU", SIGTTOU}, {"URG", SIGURG}, {"XCPU", SIGXCPU}, {"XFSZ", SIGXFSZ}, {"VTALRM", SIGVTALRM},
+  {"PROF", SIGPROF}, {"WINCH", SIGWINCH}, {"IO", SIGIO}, {"PWR", SIGPWR}, {"SYS", SIGSYS},
+};
+
+int signal_from_name(const char *name) {
+  if (strncmp(name, "SIG", 3) == 0) name += 3;
+  for (size_t i = 0; i < sizeof signals / sizeof signals[0]; i++)
+    if (strcmp(signals[i].name, name) == 0) return signals[i].signo;
+  return 0;
+}
+
+const char *signal_to_name(int signo) {
+  for (size_t i = 0; i < sizeof signals / sizeof signals[0]; i++)
+    if (signals[i].signo == signo) return signals[i].name;
+  return NULL;
+}
+
+/* ===== byte buffers ===== */
+
+static void bytes_append(bytes *b, const char *data, size_t n) {
+  if (b->len + n > b->cap) {
+    size_t cap = b->cap ? b->cap : 64 * 1024;
+    while (cap < b->len + n) cap *= 2;
+    b->data = realloc(b->data, cap);
+    b->cap = cap;
+  }
+  memcpy(b->data + b->len, data, n);
+  b->len += n;
+}
+
+static void bytes_free(bytes *b) {
+  free(b->data);
+  memset(b, 0, sizeof *b);
+}
+
+static void ring_push(ring *r, const char *data, size_t n) {
+  if (!r->data) { r->cap = SPAWN_BUFFER; r->data = malloc(r->cap); }
+  if (n > r->cap) { r->dropped += n - r->cap; data += n - r->cap; n = r->cap; }
+  size_t over = r->len + n > r->cap ? r->len + n - r->cap : 0;
+  r->head = (r->head + over) % r->cap;   /* oldest bytes give way */
+  r->len -= over;
+  r->dropped += over;
+  for (size_t done = 0; done < n;) {
+    size_t at = (r->head + r->len) % r->cap;
+    size_t room = at >= r->head ? r->cap - at : r->head - at;
+    size_t k = n - done < room ? n - done : room;
+    memcpy(r->data + at, data + done, k);
+    r->len += k;
+    done += k;
+  }
+}
+
+/* ===== sending output ===== */
+
+static void send_chunk(proc *p, outstream *o, const char *data, size_t n) {
+  cJSON *ev = cJSON_CreateObject();
+  cJSON_AddStringToObject(ev, "type", o->name);
+  blob b = {"data_base64", data, n};
+  send_event_blobs(p->req, ev, &b, 1);
+  size_t room = o->captured.len < p->max_output ? p->max_output - o->captured.len : 0;
+  if (n > room) o->truncated = true;
+  bytes_append(&o->captured, data, n < room ? n : room);
+}
+
+/* A chunk read from a pipe: streamed to the request owed, or kept for a later wait. */
+static void deliver(proc *p, outstream *o, const char *data, size_t n) {
+  if (p->req) {
+    for (size_t done = 0; done < n; done += EVENT_CHUNK)
+      send_chunk(p, o, data + done, n - done < EVENT_CHUNK ? n - done : EVENT_CHUNK);
+  } else if (p->session) {
+    ring_push(&o->buffered, data, n);
+  }
+}
+
+/* Hands what a spawned process buffered to the wait that just began. */
+static void deliver_buffered(proc *p, outstream *o) {
+  ring *r = &o->buffered;
+  if (r->dropped) {
+    cJSON *ev = cJSON_CreateObject();
+    cJSON_AddStringToObject(ev, "type", "dropped");
+    cJSON_AddStringToObject(ev, "stream", o->name);
+    cJSON_AddNumberToObject(ev, "bytes", (double)r->dropped);
+    send_event(p->req, ev);
+    r->dropped = 0;
+  }
+  size_t first = r->head + r->len > r->cap ? r->cap - r->head : r->len;
+  if (first) deliver(p, o, r->data + r->head, first);
+  if (r->len > first) deliver(p, o, r->data, r->len - first);
+  r->head = r->len = 0;
+}
+
+/* ===== handles and lifetime ===== */
+
+static void on_handle_closed(uv_handle_t *h) {
+  proc *p = h->data;
+  if (--p->handles_open > 0) return;
+  bytes_free(&p->out.captured);
+  bytes_free(&p->err.captured);
+  free(p->out.buffered.data);
+  free(p->err.buffered.data);
+  free(p);
+}
+
+static void close_handle(proc *p, uv_handle_t *h) {
+  if (uv_is_closing(h)) return;
+  h->data = p;
+  uv_close(h, on_handle_closed);
+}
+
+static void close_stream(proc *p, outstream *o) {
+  if (!o->open) return;
+  o->open = false;
+  o->eof = true;
+  close_handle(p, (uv_handle_t *)&o->pipe);
+}
+
+static void close_stdin(proc *p) {
+  if (!p->in_open) return;
+  p->in_open = false;
+  close_handle(p, (uv_handle_t *)&p->in);
+}
+
+static void unlink_proc(proc *p) {
+  if (!p->session) return;
+  for (proc **pp = &p->session->procs; *pp; pp = &(*pp)->next)
+    if (*pp == p) { *pp = p->next; break; }
+  p->session = NULL;
+}
+
+/* Forgets p: no more requests can name it; its memory goes with its last handle. */
+static void proc_forget(proc *p) {
+  unlink_proc(p);
+  close_stream(p, &p->out);
+  close_stream(p, &p->err);
+  close_stdin(p);
+  uv_timer_t *timers[] = {&p->wall_timer, &p->idle_timer, &p->grace_timer, &p->wait_timer};
+  for (size_t i = 0; i < 4; i++) close_handle(p, (uv_handle_t *)timers[i]);
+}
+
+static proc *proc_new(session *s, bool is_exec, const start_opts *o) {
+  proc *p = calloc(1, sizeof *p);
+  snprintf(p->id, sizeof p->id, "p%lu", ++next_proc);
+  p->is_exec = is_exec;
+  p->max_output = o->max_output;
+  p->idle_ms = o->idle_timeout_ms;
+  p->grace_ms = o->grace_ms;
+  p->out.name = "stdout";
+  p->err.name = "stderr";
+  uv_timer_t *timers[] = {&p->wall_timer, &p->idle_timer, &p->grace_timer, &p->wait_timer};
+  for (size_t i = 0; i < 4; i++) { uv_timer_init(s->loop, timers[i]); p->handles_open++; }
+  p->session = s;
+  p->next = s->procs;
+  s->procs = p;
+  return p;
+}
+
+/* ===== results ===== */
+
+static void add_exit_fields(cJSON *obj, const proc *p) {
+  int st = p->wait_status;
+  if (WIFSIGNALED(st)) {
+    cJSON_AddNumberToObject(obj, "exit_code", 128 + WTERMSIG(st));
+    const char *name = signal_to_name(WTERMSIG(st));
+    if (name) cJSON_AddStringToObject(obj, "signal", name);
+  } else {
+    cJSON_AddNumberToObject(obj, "exit_code", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+  }
+}
+
+/* The result of an exec or wait: exit fields (or running), flags, and the captured output. */
+static void reply_output(proc *p, cJSON *result) {
+  if (p->timed_out) cJSON_AddStringToObject(result, "timed_out", p->timed_out);
+  if (p->out.truncated) cJSON_AddTrueToObject(result, "stdout_truncated");
+  if (p->err.truncated) cJSON_AddTrueToObject(result, "stderr_truncated");
+  blob blobs[2] = {{"stdout_base64", p->out.captured.data, p->out.captured.len},
+                   {"stderr_base64", p->err.captured.data, p->err.captured.len}};
+  request *r = p->req;
+  p->req = NULL;
+  reply_result_blobs(r, result, blobs, 2);
+  bytes_free(&p->out.captured);
+  bytes_free(&p->err.captured);
+  p->out.truncated = p->err.truncated = false;
+}
+
+/* Done when the command exited and both pipes reached EOF (a grandchild may hold them). */
+static void maybe_finish(proc *p) {
+  if (!p->exited || !p->out.eof || !p->err.eof) return;
+  uv_timer_stop(&p->wall_timer);   /* nothing of it is left to time out */
+  uv_timer_stop(&p->idle_timer);
+  uv_timer_stop(&p->grace_timer);
+  if (!p->req) return;
+  cJSON *ev = cJSON_CreateObject();
+  cJSON_AddStringToObject(ev, "type", "exited");
+  add_exit_fields(ev, p);
+  send_event(p->req, ev);
+  cJSON *result = cJSON_CreateObject();
+  add_exit_fields(result, p);
+  reply_output(p, result);
+  proc_forget(p);
+}
+
+void proc_exited(proc *p, int wait_status) {
+  p->exited = true;
+  p->wait_status = wait_status;
+  maybe_finish(p);
+}
+
+/* ===== reading pipes ===== */
+
+static void alloc_read(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  (void)h; (void)suggested;
+  buf->base = read_buffer;
+  buf->len = sizeof read_buffer;
+}
+
+static void on_output(uv_stream_t *stream, ssize_t n, const uv_buf_t *buf) {
+  (void)buf;
+  proc *p = stream->data;
+  outstream *o = stream == (uv_stream_t *)&p->out.pipe ? &p->out : &p->err;
+  if (n > 0) {
+    if (p->idle_ms && !p->timed_out) uv_timer_again(&p->idle_timer);
+    deliver(p, o, read_buffer, (size_t)n);
+    return;
+  }
+  if (n == 0) return;
+  close_stream(p, o);   /* EOF, or a read error: either way no more output */
+  maybe_finish(p);
+}
+
+/* Reads while the output has somewhere to go: always into the ring, into a request unless paused. */
+static void update_reading(proc *p) {
+  bool paused = output_paused && p->req;
+  outstream *streams[] = {&p->out, &p->err};
+  for (size_t i = 0; i < 2; i++) {
+    outstream *o = streams[i];
+    bool want = o->open && !o->eof && !paused;
+    if (want == o->reading) continue;
+    o->reading = want;
+    if (want) uv_read_start((uv_stream_t *)&o->pipe, alloc_read, on_output);
+    else uv_read_stop((uv_stream_t *)&o->pipe);
+  }
+  /* A command blocked on our own backpressure is not idle. */
+  if (p->idle_ms && !p->timed_out && !p->exited) {
+    if (paused) uv_timer_stop(&p->idle_timer);
+    else if (!uv_is_active((uv_handle_t *)&p->idle_timer)) uv_timer_again(&p->idle_timer);
+  }
+}
+
+static void set_paused(bool on) {
+  output_paused = on;
+  for (session *s = session_first(); s; s = s->next)
+    for (proc *p = s->procs; p; p = p->next) update_reading(p);
+}
+
+void procs_pause_output(void) { set_paused(true); }
+void procs_resume_output(void) { set_paused(false); }
+
+/* ===== timeouts ===== */
+
+static void signal_proc(proc *p, int signo) {
+  if (p->session && p->pid > 0) p->session->backend->signal(p->session, p, signo);
+}
+
+static void on_grace_over(uv_timer_t *t) {
+  signal_proc(t->data, SIGKILL);
+}
+
+static void time_out(proc *p, const char *which) {
+  if (p->timed_out) return;
+  p->timed_out = which;
+  uv_timer_stop(&p->wall_timer);
+  uv_timer_stop(&p->idle_timer);
+  signal_proc(p, SIGTERM);
+  p->grace_timer.data = p;
+  uv_timer_start(&p->grace_timer, on_grace_over, p->grace_ms, 0);
+}
+
+static void on_wall_timeout(uv_timer_t *t) { time_out(t->data, "wall"); }
+static void on_idle_timeout(uv_timer_t *t) { time_out(t->data, "idle"); }
+
+static void start_timers(proc *p, const start_opts *o) {
+  p->wall_timer.data = p->idle_timer.data = p;
+  if (o->timeout_ms) uv_timer_start(&p->wall_timer, on_wall_timeout, o->timeout_ms, 0);
+  /* repeat = idle: uv_timer_again() restarts the countdown at each output chunk. */
+  if (o->idle_timeout_ms) uv_timer_start(&p->idle_timer, on_idle_timeout, o->idle_timeout_ms, o->idle_timeout_ms);
+}
+
+/* ===== environment ===== */
+
+/* Sets KEY=VALUE in env (n entries, room for one more), replacing an entry with the same key. */
+static void env_set(char **env, size_t *n, const char *key, size_t keylen, const char *value) {
+  char *entry;
+  if (asprintf(&entry, "%.*s=%s", (int)keylen, key, value) < 0) abort();
+  for (size_t i = 0; i < *n; i++)
+    if (strncmp(env[i], key, keylen) == 0 && env[i][keylen] == '=') { free(env[i]); env[i] = entry; return; }
+  env[(*n)++] = entry;
+}
+
+/* Base (PATH, HOME, LANG, TMPDIR) + the profile's + the request's: nothing of the provider's own. */
+static bool build_env(const session *s, const cJSON *params, char ***out, failure *f) {
+  const cJSON *req = NULL;
+  if (!param_object(params, "env", &req, f)) return false;
+  size_t cap = 5 + (size_t)cJSON_GetArraySize(req), n = 0;
+  for (char **e = s->profile->env; e && *e; e++) cap++;
+  char **env = calloc(cap, sizeof *env);
+  env_set(env, &n, "PATH", 4, BASE_PATH);
+  env_set(env, &n, "HOME", 4, s->workspace_view);
+  env_set(env, &n, "LANG", 4, "C.UTF-8");
+  env_set(env, &n, "TMPDIR", 6, s->tmp_view);
+  for (char **e = s->profile->env; e && *e; e++) env_set(env, &n, *e, strcspn(*e, "="), strchr(*e, '=') + 1);
+  const cJSON *item;
+  cJSON_ArrayForEach(item, req) {
+    if (!cJSON_IsString(item) || !*item->string || strchr(item->string, '=')) {
+      strv_free(env);
+      return fail(f, "invalid_request", "field `env`: entry `%s` must be a string under a name without `=`", item->string);
+    }
+    env_set(env, &n, item->string, strlen(item->string), item->valuestring);
+  }
+  *out = env;
+  return true;
+}
+
+/* ===== starting ===== */
+
+static void opts_free(start_opts *o) {
+  strv_free(o->argv);
+  strv_free(o->envp);
+  free(o->stdin_data);
+}
+
+static bool parse_cwd(const session *s, const cJSON *params, start_opts *o, failure *f) {
+  const char *cwd = NULL;
+  if (!param_string(params, "cwd", true, &cwd, f)) return false;
+  if (!cwd) { snprintf(o->cwd, sizeof o->cwd, "%s", s->cwd_view); return true; }
+  resolved p;
+  if (!path_resolve(s, "cwd", cwd, &p, f)) return false;
+  int fd = path_open(&p, O_PATH | O_DIRECTORY, 0);
+  if (fd < 0) return fail_errno(f, -fd, "cwd", cwd);
+  close(fd);
+  snprintf(o->cwd, sizeof o->cwd, "%s", p.view);
+  return true;
+}
+
+static bool parse_opts(const session *s, const cJSON *params, start_opts *o, failure *f) {
+  memset(o, 0, sizeof *o);
+  o->grace_ms = DEFAULT_GRACE_MS;
+  o->max_output = DEFAULT_MAX_OUTPUT;
+  const cJSON *stdin_field = cJSON_GetObjectItemCaseSensitive(params, "stdin_base64");
+  o->has_stdin = stdin_field && !cJSON_IsNull(stdin_field);
+  return param_strv(params, "argv", &o->argv, f) && parse_cwd(s, params, o, f) &&
+         build_env(s, params, &o->envp, f) &&
+         param_base64(params, "stdin_base64", &o->stdin_data, &o->stdin_len, f) &&
+         param_uint(params, "timeout_ms", &o->timeout_ms, f) &&
+         param_uint(params, "idle_timeout_ms", &o->idle_timeout_ms, f) &&
+         param_uint(params, "kill_grace_ms", &o->grace_ms, f) &&
+         param_uint(params, "max_output_bytes", &o->max_output, f);
+}
+
+static int make_pipes(int fds[3][2]) {
+  for (int i = 0; i < 3; i++) fds[i][0] = fds[i][1] = -1;
+  for (int i = 0; i < 3; i++)
+    if (pipe2(fds[i], O_CLOEXEC) < 0) return -errno;
+  /* Fewer, larger reads: a fast writer fills 1 MiB before we must wake up. */
+  fcntl(fds[1][1], F_SETPIPE_SZ, PIPE_SIZE);
+  fcntl(fds[2][1], F_SETPIPE_SZ, PIPE_SIZE);
+  return 0;
+}
+
+static void close_fds(int fds[3][2], int end) {
+  for (int i = 0; i < 3; i++)
+    if (fds[i][end] >= 0) { close(fds[i][end]); fds[i][end] = -1; }
+}
+
+static void open_stream(proc *p, outstream *o, int fd) {
+  uv_pipe_init(p->session->loop, &o->pipe, 0);
+  uv_pipe_open(&o->pipe, fd);
+  o->pipe.data = p;
+  o->open = true;
+  p->handles_open++;
+}
+
+/* One write to a command's stdin; its request (write_stdin) is answered when it is done. */
+typedef struct stdin_write {
+  uv_write_t req;
+  proc *p;
+  char *data;
+  size_t len;
+  request *r;
+} stdin_write;
+
+static void on_stdin_written(uv_write_t *req, int status) {
+  stdin_write *w = (stdin_write *)req;
+  proc *p = w->p;
+  p->in_pending -= w->len;
+  if (w->r && status < 0)
+    reply_error(w->r, "io_error", "write_stdin: process %s: %s", p->id,
+                status == UV_EPIPE ? "it no longer reads its stdin" : uv_strerror(status));
+  else if (w->r) reply_result(w->r, cJSON_CreateObject());
+  free(w->data);
+  free(w);
+  if (p->in_eof && p->in_pending == 0) close_stdin(p);
+}
+
+/* Queues data (taken over) to the command's stdin; r, if any, is answered once it is written. */
+static void queue_stdin(proc *p, char *data, size_t len, request *r) {
+  stdin_write *w = calloc(1, sizeof *w);
+  *w = (stdin_write){.p = p, .data = data, .len = len, .r = r};
+  uv_buf_t buf = uv_buf_init(data ? data : "", (unsigned)len);
+  p->in_pending += len;
+  int rc = uv_write(&w->req, (uv_stream_t *)&p->in, &buf, 1, on_stdin_written);
+  if (rc < 0) on_stdin_written(&w->req, rc);
+}
+
+/* Parent ends of the pipes into uv handles; stdin kept open only when asked to. */
+static void attach_pipes(proc *p, int fds[3][2], bool keep_stdin) {
+  open_stream(p, &p->out, fds[1][0]);
+  open_stream(p, &p->err, fds[2][0]);
+  fds[1][0] = fds[2][0] = -1;
+  if (!keep_stdin) { close(fds[0][1]); fds[0][1] = -1; return; }
+  uv_pipe_init(p->session->loop, &p->in, 0);
+  uv_pipe_open(&p->in, fds[0][1]);
+  fds[0][1] = -1;
+  p->in_open = true;
+  p->handles_open++;
+}
+
+/* Starts the command of o for p; -errno when no process could be made. */
+static int start_command(session *s, proc *p, start_opts *o, bool keep_stdin) {
+  int fds[3][2];
+  int rc = make_pipes(fds);
+  spawn_spec spec = {
+    .argv = o->argv, .envp = o->envp, .cwd = o->cwd,
+    .fd_in = fds[0][0], .fd_out = fds[1][1], .fd_err = fds[2][1],
+    .limits = &s->profile->limits,
+  };
+  if (rc == 0) rc = s->backend->start(s, p, &spec);
+  /* The child's ends: the command has its copies now. */
+  int child_ends[3] = {fds[0][0], fds[1][1], fds[2][1]};
+  for (int i = 0; i < 3; i++) if (child_ends[i] >= 0) close(child_ends[i]);
+  fds[0][0] = fds[1][1] = fds[2][1] = -1;
+  if (rc == 0) attach_pipes(p, fds, keep_stdin);
+  close_fds(fds, 0);
+  close_fds(fds, 1);
+  return rc;
+}
+
+static void send_started(const proc *p, const request *r) {
+  cJSON *ev = cJSON_CreateObject();
+  cJSON_AddStringToObject(ev, "type", "started");
+  cJSON_AddStringToObject(ev, "process_id", p->id);
+  send_event(r, ev);
+}
+
+/*
+** The part exec and spawn share: parse, start, hook up stdin and timers.
+** Returns the running proc, or NULL after answering r.
+*/
+static proc *start(request *r, session *s, const cJSON *params, bool is_exec) {
+  start_opts o;
+  failure f;
+  if (!parse_opts(s, params, &o, &f)) { opts_free(&o); reply_failure(r, &f); return NULL; }
+  proc *p = proc_new(s, is_exec, &o);
+  /* A spawn without stdin data keeps a pipe open for write_stdin. */
+  bool keep_stdin = o.has_stdin || !is_exec;
+  int rc = start_command(s, p, &o, keep_stdin);
+  if (rc < 0) {
+    reply_error(r, errno_code(-rc), "%s: cannot start `%s`: %s", r->method, o.argv[0], strerror(-rc));
+    opts_free(&o);
+    proc_forget(p);
+    return NULL;
+  }
+  if (o.has_stdin) {
+    p->in_eof = true;
+    if (o.stdin_len) queue_stdin(p, o.stdin_data, o.stdin_len, NULL), o.stdin_data = NULL;
+    else close_stdin(p);
+  }
+  start_timers(p, &o);
+  opts_free(&o);
+  send_started(p, r);
+  return p;
+}
+
+void method_exec(request *r, session *s, const cJSON *params) {
+  proc *p = start(r, s, params, true);
+  if (!p) return;
+  p->req = r;
+  update_reading(p);
+}
+
+void method_spawn(request *r, session *s, const cJSON *params) {
+  proc *p = start(r, s, params, false);
+  if (!p) return;
+  update_reading(p);
+  cJSON *result = cJSON_CreateObject();
+  cJSON_AddStringToObject(result, "process_id", p->id);
+  reply_result(r, result);
+}
+
+/* ===== wait, kill, write_stdin ===== */
+
+/* The session's process named by params.process_id, or NULL after answering r. */
+static proc *find_proc(request *r, session *s, const cJSON *params) {
+  const char *id = NULL;
+  failure f;
+  if (!param_string(params, "process_id", false, &id, &f)) { reply_failure(r, &f); return NULL; }
+  for (proc *p = s->procs; p; p = p->next)
+    if (strcmp(p->id, id) == 0) return p;
+  reply_error(r, "unknown_process", "%s: no process `%s` in session %s", r->method, id, s->id);
+  return NULL;
+}
+
+static void on_wait_timeout(uv_timer_t *t) {
+  proc *p = t->data;
+  if (!p->req) return;
+  cJSON *result = cJSON_CreateObject();
+  cJSON_AddTrueToObject(result, "running");
+  reply_output(p, result);
+  update_reading(p);   /* back to buffering: reads again even while paused */
+}
+
+void method_wait(request *r, session *s, const cJSON *params) {
+  uint64_t timeout_ms = UINT64_MAX;
+  failure f;
+  if (!param_uint(params, "timeout_ms", &timeout_ms, &f)) { reply_failure(r, &f); return; }
+  proc *p = find_proc(r, s, params);
+  if (!p) return;
+  if (p->is_exec) { reply_error(r, "invalid_request", "wait: `%s` is an exec; its result answers the exec", p->id); return; }
+  if (p->req) { reply_error(r, "invalid_request", "wait: process `%s` is already being waited for", p->id); return; }
+  p->req = r;
+  deliver_buffered(p, &p->out);
+  deliver_buffered(p, &p->err);
+  maybe_finish(p);   /* may answer r and forget p */
+  if (p->req != r) return;
+  update_reading(p);
+  if (timeout_ms != UINT64_MAX) {
+    p->wait_timer.data = p;
+    uv_timer_start(&p->wait_timer, on_wait_timeout, timeout_ms, 0);
+  }
+}
+
+void method_kill(request *r, session *s, const cJSON *params) {
+  const char *name = "TERM";
+  failure f;
+  if (!param_string(params, "signal", true, &name, &f)) { reply_failure(r, &f); return; }
+  int signo = signal_from_name(name);
+  if (!signo) { reply_error(r, "invalid_request", "kill: unknown signal `%s`", name); return; }
+  proc *p = find_proc(r, s, params);
+  if (!p) return;
+  int rc = s->backend->signal(s, p, signo);
+  if (rc < 0) reply_error(r, errno_code(-rc), "kill: process `%s`: %s", p->id, strerror(-rc));
+  else reply_result(r, cJSON_CreateObject());
+}
+
+void method_write_stdin(request *r, session *s, const cJSON *params) {
+  char *data = NULL;
+  size_t len = 0;
+  bool eof = false;
+  failure f;
+  if (!param_bool(params, "eof", &eof, &f) || !param_base64(params, "data_base64", &data, &len, &f)) {
+    reply_failure(r, &f);
+    return;
+  }
+  proc *p = find_proc(r, s, params);
+  if (p && (!p->in_open || p->in_eof)) {
+    reply_error(r, "invalid_request", "write_stdin: the stdin of process `%s` is closed", p->id);
+    p = NULL;
+  }
+  if (!p) { free(data); return; }
+  if (eof) p->in_eof = true;
+  if (len) { queue_stdin(p, data, len, r); return; }
+  free(data);
+  if (p->in_eof && p->in_pending == 0) close_stdin(p);
+  reply_result(r, cJSON_CreateObject());
+}
+
+/* ===== session close ===== */
+
+void procs_close_session(session *s) {
+  while (s->procs) {
+    proc *p = s->procs;
+    signal_proc(p, SIGKILL);
+    if (p->req) {
+      request *r = p->req;
+      p->req = NULL;
+      reply_error(r, "unknown_session", "%s: session %s was closed while process %s ran", r->method, s->id, p->id);
+    }
+    proc_forget(p);
+  }
+}

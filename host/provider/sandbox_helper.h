@@ -1,0 +1,80 @@
+/*
+** The helper that runs inside each bubblewrap session, and the channel
+** between it and the provider (backend_bwrap.c).
+**
+** One long-lived `bwrap ... --as-pid-1 smolwf-provider helper` per session:
+** the helper is pid 1 of the session's pid namespace and starts every
+** command of the session with spawn_start(), so commands share the
+** session's namespaces without paying for a new sandbox each time.
+**
+** The channel is two SOCK_SEQPACKET socket pairs (message boundaries and
+** SCM_RIGHTS for free), inherited by bwrap as the helper's fd 0 and fd 1:
+**
+**   fd 0, "control" (request/reply, used synchronously by the provider):
+**     provider -> helper  START  + the command's stdio fds (SCM_RIGHTS)
+**     helper -> provider  STARTED {tag, err} + a pidfd of the command
+**     provider -> helper  ACK {tag}  (see below)
+**     end of file                      the helper exits: the kernel then
+**                                      kills every process of the namespace
+**   fd 1, "events" (asynchronous, watched by the provider's loop):
+**     helper -> provider  HELLO + a pidfd of the helper, once at startup
+**     helper -> provider  EXITED {tag, wait status}
+**
+** Why the pidfd and the ACK: the helper only knows pids of its own
+** namespace. The provider turns the pidfd into the command's pid on the
+** host (/proc/self/fdinfo), so signals and the session's process groups
+** work from the host as for a local command. A pidfd only shows the pid
+** while the process is not reaped, so the helper reaps nothing until the
+** provider has acknowledged the start.
+**
+** Both ends are the same binary, so messages are plain structs.
+*/
+#ifndef SMOL_SANDBOX_HELPER_H
+#define SMOL_SANDBOX_HELPER_H
+
+#include <stdint.h>
+#include "spawn.h"
+
+enum helper_msg_type {
+  HELPER_START = 1,
+  HELPER_STARTED,
+  HELPER_ACK,
+  HELPER_HELLO,
+  HELPER_EXITED,
+};
+
+/* Which stdio fds travel with a START (a missing one means /dev/null, as in spawn_spec). */
+enum { HELPER_HAS_STDIN = 1, HELPER_HAS_STDOUT = 2, HELPER_HAS_STDERR = 4 };
+
+/*
+** START is this header followed by argc + envc strings, then the cwd if
+** has_cwd, each NUL-terminated, filling the rest of the message exactly.
+*/
+typedef struct helper_start {
+  uint32_t type;
+  uint32_t fd_mask;        /* HELPER_HAS_*: the attached fds, in this order */
+  uint64_t tag;            /* chosen by the provider, never reused in a session */
+  limits limits;
+  uint32_t has_limits;
+  uint32_t argc, envc;
+  uint32_t has_cwd;
+} helper_start;
+
+/* STARTED, ACK, HELLO and EXITED. */
+typedef struct helper_reply {
+  uint32_t type;
+  int32_t value;           /* STARTED: 0 or -errno; EXITED: the wait status */
+  uint64_t tag;
+} helper_reply;
+
+/* The largest START the channel carries (argv + environment + cwd). */
+#define HELPER_MAX_MESSAGE (128 * 1024)
+
+/* The fds the helper finds the channel on. */
+#define HELPER_CONTROL_FD 0
+#define HELPER_EVENTS_FD 1
+
+/* `smolwf-provider helper`: the helper's main. Returns only on a usage error. */
+int sandbox_helper_main(int argc, char **argv);
+
+#endif

@@ -1,0 +1,275 @@
+/*
+** Sessions: open (private root, workspace copy, backend, cwd), close,
+** shutdown, describe, and the provider's root directory that holds every
+** session's files.
+*/
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "methods.h"
+#include "paths.h"
+#include "process.h"
+#include "workspace.h"
+
+/*
+** backend_bwrap.c is written separately; until it is linked in, the weak
+** reference is NULL and namespace profiles answer `unsupported`.
+*/
+#pragma weak backend_bwrap
+
+static session *sessions;
+static unsigned long next_session;
+static char *provider_root;
+static int provider_root_fd = -1;
+
+/* ===== the provider's root ===== */
+
+static const char *runtime_base(void) {
+  const char *xdg = getenv("XDG_RUNTIME_DIR");
+  struct stat st;
+  if (xdg && *xdg == '/' && stat(xdg, &st) == 0 && S_ISDIR(st.st_mode) && access(xdg, W_OK | X_OK) == 0)
+    return xdg;
+  return "/tmp";
+}
+
+const char *session_provider_root(void) {
+  if (provider_root) return provider_root;
+  char tmpl[PATH_MAX];
+  snprintf(tmpl, sizeof tmpl, "%s/smolwf-provider.XXXXXX", runtime_base());
+  if (!mkdtemp(tmpl)) return NULL;   /* mkdtemp makes it 0700 */
+  provider_root_fd = open(tmpl, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (provider_root_fd < 0) { rmdir(tmpl); return NULL; }
+  provider_root = strdup(tmpl);
+  return provider_root;
+}
+
+static void remove_provider_root(void) {
+  if (!provider_root) return;
+  close(provider_root_fd);
+  int rc = tree_remove(AT_FDCWD, provider_root);
+  if (rc < 0) fprintf(stderr, "smolwf-provider: removing %s: %s\n", provider_root, strerror(-rc));
+  free(provider_root);
+  provider_root = NULL;
+}
+
+/* ===== session list ===== */
+
+session *session_first(void) {
+  return sessions;
+}
+
+session *session_find(const char *id) {
+  for (session *s = sessions; s; s = s->next)
+    if (strcmp(s->id, id) == 0) return s;
+  return NULL;
+}
+
+void session_add_group(session *s, pid_t pgid) {
+  if (s->ngroups == s->groups_cap) {
+    s->groups_cap = s->groups_cap ? 2 * s->groups_cap : 16;
+    s->groups = realloc(s->groups, s->groups_cap * sizeof *s->groups);
+  }
+  s->groups[s->ngroups++] = pgid;
+}
+
+static void unlink_session(session *s) {
+  for (session **pp = &sessions; *pp; pp = &(*pp)->next)
+    if (*pp == s) { *pp = s->next; return; }
+}
+
+static void session_free(session *s) {
+  if (s->workspace_fd >= 0) close(s->workspace_fd);
+  if (s->tmp_fd >= 0) close(s->tmp_fd);
+  if (s->root) {
+    int rc = tree_remove(provider_root_fd, s->id);
+    if (rc < 0) fprintf(stderr, "smolwf-provider: removing %s: %s\n", s->root, strerror(-rc));
+  }
+  free(s->id); free(s->root); free(s->workspace_host); free(s->tmp_host);
+  free(s->workspace_view); free(s->tmp_view); free(s->cwd_view);
+  free(s->groups);
+  free(s);
+}
+
+void session_close(session *s) {
+  if (s->closing) return;
+  s->closing = true;
+  unlink_session(s);
+  procs_close_session(s);
+  if (s->backend) s->backend->close(s);
+  session_free(s);
+}
+
+void session_close_all(void) {
+  while (sessions) session_close(sessions);
+  remove_provider_root();
+}
+
+/* ===== open ===== */
+
+static int make_area(const char *root, const char *name, char **host_path) {
+  char path[PATH_MAX];
+  path_join(path, root, name);
+  if (mkdir(path, 0700) < 0) return -1;
+  *host_path = strdup(path);
+  return open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+}
+
+/* The session's private directories: <provider root>/<id>/{workspace,tmp}. */
+static session *session_create(failure *f) {
+  const char *base = session_provider_root();
+  if (!base) { fail_errno(f, errno, "open: creating the provider's root directory under", runtime_base()); return NULL; }
+  session *s = calloc(1, sizeof *s);
+  char id[32], root[PATH_MAX];
+  snprintf(id, sizeof id, "s%lu", ++next_session);
+  path_join(root, base, id);
+  s->id = strdup(id);
+  s->workspace_fd = s->tmp_fd = -1;
+  s->loop = uv_default_loop();   /* the one loop the provider runs (main.c) */
+  if (mkdir(root, 0700) < 0) { fail_errno(f, errno, "open: creating", root); free(s->id); free(s); return NULL; }
+  s->root = strdup(root);
+  s->workspace_fd = make_area(root, "workspace", &s->workspace_host);
+  s->tmp_fd = s->workspace_fd < 0 ? -1 : make_area(root, "tmp", &s->tmp_host);
+  if (s->tmp_fd < 0) { fail_errno(f, errno, "open: creating session directories in", root); session_free(s); return NULL; }
+  return s;
+}
+
+static const profile *find_profile(const cJSON *params, failure *f) {
+  const cJSON *ref = NULL;
+  const char *provider = "auto", *name = "default";
+  if (!param_object(params, "profile", &ref, f) ||
+      !param_string(ref, "provider", true, &provider, f) || !param_string(ref, "name", true, &name, f))
+    return NULL;
+  const profile *p = profile_find(provider, name);
+  if (!p) fail(f, "invalid_request", "open: unknown profile `%s/%s` (see `describe` for the known ones)", provider, name);
+  return p;
+}
+
+/* Runs the backend's open; an automatic profile falls back to the local backend. */
+static bool open_backend(session *s, failure *f) {
+  const backend_ops *preferred = s->profile->isolation == ISOLATION_NAMESPACES || s->profile->automatic
+                                 ? &backend_bwrap : &backend_local;
+  const char *code = "unsupported";
+  char msg[sizeof f->message] = "bubblewrap support is not built into this provider";
+  if (preferred) {
+    s->backend = preferred;
+    if (preferred->open(s, &code, msg, sizeof msg) == 0) return true;
+    s->backend = NULL;
+  }
+  if (s->profile->automatic) {
+    s->backend = &backend_local;
+    if (backend_local.open(s, &code, msg, sizeof msg) == 0) return true;
+    s->backend = NULL;
+  }
+  return fail(f, code, "open: profile `%s`: %s", s->profile->name, msg);
+}
+
+/* The session's cwd: relative to the workspace, and it must be a directory. */
+static bool set_cwd(session *s, const cJSON *params, failure *f) {
+  const char *cwd = NULL;
+  if (!param_string(params, "cwd", true, &cwd, f)) return false;
+  s->cwd_view = strdup(s->workspace_view);
+  if (!cwd) return true;
+  resolved p;
+  if (!path_resolve(s, "open: cwd", cwd, &p, f)) return false;
+  int fd = path_open(&p, O_PATH | O_DIRECTORY, 0);
+  if (fd < 0) return fail_errno(f, -fd, "open: cwd", cwd);
+  close(fd);
+  free(s->cwd_view);
+  s->cwd_view = strdup(p.view);
+  return true;
+}
+
+static cJSON *capabilities(const session *s) {
+  cJSON *caps = cJSON_CreateObject();
+  static const char *const flags[] = {"exec", "process", "timeout", "signal", "output_limit", "fs_extra", "describe"};
+  for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) cJSON_AddTrueToObject(caps, flags[i]);
+  cJSON_AddStringToObject(caps, "isolation", s->backend->isolation);
+  /* Without namespaces nothing stops a command from reaching the network. */
+  bool network = strcmp(s->backend->isolation, "none") == 0 || s->profile->network;
+  cJSON_AddBoolToObject(caps, "network", network);
+  return caps;
+}
+
+static cJSON *session_object(const session *s) {
+  cJSON *obj = cJSON_CreateObject();
+  cJSON_AddStringToObject(obj, "id", s->id);
+  cJSON_AddStringToObject(obj, "cwd", s->cwd_view);
+  cJSON_AddItemToObject(obj, "capabilities", capabilities(s));
+  cJSON_AddStringToObject(obj, "profile", s->profile->name);
+  return obj;
+}
+
+static bool open_session(session *s, const cJSON *params, failure *f) {
+  const cJSON *sync = NULL;
+  const char *host_path = NULL;
+  if (!param_object(params, "workspace_sync", &sync, f) || !param_string(sync, "host_path", true, &host_path, f))
+    return false;
+  if (!workspace_copy(host_path, s->workspace_fd, f)) return false;
+  return open_backend(s, f) && set_cwd(s, params, f);
+}
+
+void method_open(request *r, const cJSON *params) {
+  failure f;
+  const profile *prof = find_profile(params, &f);
+  session *s = prof ? session_create(&f) : NULL;
+  if (!s) { reply_failure(r, &f); return; }
+  s->profile = prof;
+  if (!open_session(s, params, &f)) {
+    if (s->backend) s->backend->close(s);
+    session_free(s);
+    reply_failure(r, &f);
+    return;
+  }
+  s->next = sessions;
+  sessions = s;
+  reply_result(r, session_object(s));
+}
+
+/* ===== close, shutdown, describe ===== */
+
+void method_close(request *r, const cJSON *params) {
+  /* The original sends the session object itself; {"session": {...}} is accepted too. */
+  const cJSON *obj = cJSON_GetObjectItemCaseSensitive(params, "session");
+  const cJSON *id = cJSON_GetObjectItemCaseSensitive(cJSON_IsObject(obj) ? obj : params, "id");
+  if (!cJSON_IsString(id)) { reply_error(r, "invalid_request", "close: params must be the session object (with its `id`)"); return; }
+  session *s = session_find(id->valuestring);
+  if (!s) { reply_error(r, "unknown_session", "close: no open session `%s`", id->valuestring); return; }
+  session_close(s);
+  reply_result(r, cJSON_CreateObject());
+}
+
+void method_shutdown(request *r, const cJSON *params) {
+  (void)params;
+  server_stop(r);
+}
+
+static const char *isolation_name(const profile *p) {
+  if (p->automatic) return "auto";
+  return p->isolation == ISOLATION_NAMESPACES ? "namespaces" : "none";
+}
+
+void method_describe(request *r, const cJSON *params) {
+  (void)params;
+  size_t n;
+  const profile *all = profiles_all(&n);
+  cJSON *list = cJSON_CreateArray();
+  for (size_t i = 0; i < n; i++) {
+    cJSON *p = cJSON_CreateObject();
+    cJSON_AddStringToObject(p, "name", all[i].name);
+    cJSON_AddStringToObject(p, "isolation", isolation_name(&all[i]));
+    cJSON_AddBoolToObject(p, "network", all[i].network || all[i].isolation == ISOLATION_NONE);
+    cJSON_AddItemToArray(list, p);
+  }
+  cJSON *result = cJSON_CreateObject();
+  cJSON_AddStringToObject(result, "provider", "smolwf-provider");
+  cJSON_AddStringToObject(result, "version", SMOLWF_VERSION);
+  cJSON_AddItemToObject(result, "profiles", list);
+  cJSON_AddNumberToObject(result, "protocol", 1);
+  reply_result(r, result);
+}

@@ -1,0 +1,43 @@
+/*
+** Starting one command: the single place that turns a request into a
+** running process. Used by the local backend directly and by the helper
+** that runs inside a bubblewrap session, so both behave the same (process
+** group, environment, limits, exit code 127 for a missing program).
+*/
+#ifndef SMOL_SPAWN_H
+#define SMOL_SPAWN_H
+
+#include <stdint.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+
+/* Per-command resource limits; RLIM_INFINITY (or 0 for disk) means unset. */
+typedef struct limits {
+  rlim_t cpu_seconds;     /* RLIMIT_CPU */
+  rlim_t address_space;   /* RLIMIT_AS, bytes */
+  rlim_t open_files;      /* RLIMIT_NOFILE */
+  rlim_t processes;       /* RLIMIT_NPROC */
+  rlim_t file_size;       /* RLIMIT_FSIZE, bytes */
+  uint64_t disk_bytes;    /* session's total disk use; 0 = no cap */
+} limits;
+
+typedef struct spawn_spec {
+  char *const *argv;      /* argv[0] is looked up in envp's PATH */
+  char *const *envp;      /* the command's whole environment */
+  const char *cwd;
+  int fd_in, fd_out, fd_err;   /* become 0, 1, 2 in the child */
+  const limits *limits;   /* NULL: none */
+} spawn_spec;
+
+/*
+** Starts the command as the leader of a new process group (pgid == pid).
+** Returns the pid, or -errno when no process could be made. A program that
+** cannot be found or executed is not an error here: the child writes one
+** line naming it to fd_err and exits 127 (126 when found but not executable).
+*/
+pid_t spawn_start(const spawn_spec *spec);
+
+/* Sets every field of l to "unset". */
+void limits_init(limits *l);
+
+#endif

@@ -1,0 +1,169 @@
+/*
+** Tree copy and removal (see workspace.h). Both walk with directory fds
+** and *at() calls with O_NOFOLLOW, so a link in the tree is never
+** followed, whatever it points to, and a link swapped in mid-walk fails
+** the open instead of leading elsewhere.
+*/
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "paths.h"
+#include "workspace.h"
+
+/* Deeper trees are refused: each level holds two fds while it is copied. */
+#define MAX_DEPTH 256
+
+static bool copy_dir(int src, int dst, const char *where, int depth, failure *f);
+
+static bool copy_data(int in, int out, const char *where, failure *f) {
+  for (;;) {
+    ssize_t n = copy_file_range(in, NULL, out, NULL, 1 << 30, 0);
+    if (n == 0) return true;
+    if (n > 0) continue;
+    if (errno == EINTR) continue;
+    if (errno != EXDEV && errno != EINVAL && errno != EOPNOTSUPP && errno != ENOSYS)
+      return fail_errno(f, errno, "copying workspace file", where);
+    break;   /* no in-kernel copy between these file systems: plain read/write */
+  }
+  char buf[64 * 1024];
+  for (;;) {
+    ssize_t n = read(in, buf, sizeof buf);
+    if (n == 0) return true;
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 || write(out, buf, (size_t)n) != n)
+      return fail_errno(f, errno ? errno : EIO, "copying workspace file", where);
+  }
+}
+
+static void keep_times(int fd, const struct stat *st) {
+  struct timespec times[2] = {st->st_atim, st->st_mtim};
+  futimens(fd, times);
+}
+
+static bool copy_file(int src, int dst, const char *name, const struct stat *st, const char *where, failure *f) {
+  int in = openat(src, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (in < 0) return fail_errno(f, errno, "reading workspace file", where);
+  int out = openat(dst, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (out < 0) { close(in); return fail_errno(f, errno, "creating workspace file", where); }
+  bool ok = copy_data(in, out, where, f);
+  if (ok) { fchmod(out, st->st_mode & 07777); keep_times(out, st); }
+  close(in);
+  close(out);
+  return ok;
+}
+
+static bool copy_link(int src, int dst, const char *name, const char *where, failure *f) {
+  char target[PATH_MAX];
+  ssize_t n = readlinkat(src, name, target, sizeof target - 1);
+  if (n < 0) return fail_errno(f, errno, "reading workspace link", where);
+  target[n] = '\0';
+  if (symlinkat(target, dst, name) < 0) return fail_errno(f, errno, "creating workspace link", where);
+  return true;
+}
+
+static bool copy_subdir(int src, int dst, const char *name, const struct stat *st, const char *where,
+                        int depth, failure *f) {
+  if (depth >= MAX_DEPTH) return fail(f, "limit_exceeded", "workspace `%s`: deeper than %d levels", where, MAX_DEPTH);
+  if (mkdirat(dst, name, 0700) < 0) return fail_errno(f, errno, "creating workspace directory", where);
+  int in = openat(src, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (in < 0) return fail_errno(f, errno, "reading workspace directory", where);
+  int out = openat(dst, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (out < 0) { close(in); return fail_errno(f, errno, "opening workspace directory", where); }
+  bool ok = copy_dir(in, out, where, depth + 1, f);   /* takes `in` */
+  /* The mode last: a read-only directory must still take its entries first. */
+  if (ok) { fchmod(out, st->st_mode & 07777); keep_times(out, st); }
+  close(out);
+  return ok;
+}
+
+static bool copy_entry(int src, int dst, const char *name, const char *dir, int depth, failure *f) {
+  char where[PATH_MAX];
+  path_join(where, dir, name);
+  struct stat st;
+  if (fstatat(src, name, &st, AT_SYMLINK_NOFOLLOW) < 0) return fail_errno(f, errno, "reading workspace", where);
+  if (S_ISDIR(st.st_mode)) return copy_subdir(src, dst, name, &st, where, depth, f);
+  if (S_ISREG(st.st_mode)) return copy_file(src, dst, name, &st, where, f);
+  if (S_ISLNK(st.st_mode)) return copy_link(src, dst, name, where, f);
+  return true;   /* sockets, fifos, devices: nothing a workspace needs */
+}
+
+/* Copies the entries of src (which it closes) into dst. */
+static bool copy_dir(int src, int dst, const char *where, int depth, failure *f) {
+  DIR *d = fdopendir(src);
+  if (!d) { close(src); return fail_errno(f, errno, "reading workspace directory", where); }
+  bool ok = true;
+  for (struct dirent *e; ok && (e = readdir(d));) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    ok = copy_entry(src, dst, e->d_name, where, depth, f);
+  }
+  closedir(d);
+  return ok;
+}
+
+bool workspace_copy(const char *host_path, int dst_fd, failure *f) {
+  if (!host_path || !*host_path) return true;
+  /* The top itself may be a link the user named; everything below is never followed. */
+  int src = open(host_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (src < 0) return fail_errno(f, errno, "workspace_sync.host_path", host_path);
+  int dst = openat(dst_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dst < 0) { close(src); return fail_errno(f, errno, "opening session workspace", "."); }
+  bool ok = copy_dir(src, dst, host_path, 0, f);
+  close(dst);
+  return ok;
+}
+
+/* ===== removal ===== */
+
+/*
+** A command may leave a directory without write or search permission; an
+** unprivileged provider could then not empty it. Make it 0700 first,
+** through an O_PATH fd opened without following links, so a link swapped
+** in cannot make us chmod something outside.
+*/
+static int open_dir_for_removal(int dirfd, const char *name) {
+  int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd >= 0 || errno != EACCES) return fd;
+  int pathfd = openat(dirfd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (pathfd < 0) return -1;
+  char proc_path[64];
+  snprintf(proc_path, sizeof proc_path, "/proc/self/fd/%d", pathfd);
+  chmod(proc_path, 0700);
+  close(pathfd);
+  return openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+}
+
+static int empty_dir(int fd, int depth) {
+  DIR *d = fdopendir(fd);
+  if (!d) { int err = errno; close(fd); return -err; }
+  int rc = 0;
+  fchmod(fd, 0700);
+  for (struct dirent *e; (e = readdir(d));) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    if (e->d_type != DT_DIR && e->d_type != DT_UNKNOWN && unlinkat(fd, e->d_name, 0) == 0) continue;
+    int sub = depth < MAX_DEPTH * 4 ? open_dir_for_removal(fd, e->d_name) : -1;
+    if (sub < 0) { if (unlinkat(fd, e->d_name, 0) < 0 && rc == 0) rc = -errno; continue; }
+    int r = empty_dir(sub, depth + 1);
+    if (r == 0 && unlinkat(fd, e->d_name, AT_REMOVEDIR) < 0) r = -errno;
+    if (r < 0 && rc == 0) rc = r;
+  }
+  closedir(d);
+  return rc;
+}
+
+int tree_remove(int dirfd, const char *name) {
+  if (unlinkat(dirfd, name, 0) == 0) return 0;
+  if (errno != EISDIR && errno != EPERM) return -errno;
+  int fd = open_dir_for_removal(dirfd, name);
+  if (fd < 0) return -errno;
+  int rc = empty_dir(fd, 0);
+  if (rc == 0 && unlinkat(dirfd, name, AT_REMOVEDIR) < 0) rc = -errno;
+  return rc;
+}

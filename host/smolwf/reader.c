@@ -1,0 +1,141 @@
+/*
+** Reading a pipe into a Lua callback, in "lines" mode (split by linebuf,
+** with its line cap) or "chunks" mode. The callback gets each line or
+** chunk, then nil once at EOF, or nil plus a message on a read error or an
+** over-long line, after which reading stops and the pipe is closed.
+** Used by process.c (a child's stdout/stderr) and stdio.c (our stdin).
+*/
+#include "host.h"
+
+#include <stdio.h>
+
+#include <lauxlib.h>
+
+enum { READER_IDLE, READER_READING, READER_DONE, READER_CLOSING, READER_CLOSED };
+
+/*
+** One read buffer for the whole host: read callbacks consume it before
+** they return and nested loop runs are refused, so it is never shared.
+*/
+static char read_buffer[64 * 1024];
+
+static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf) {
+  (void)handle;
+  (void)suggested;
+  *buf = uv_buf_init(read_buffer, sizeof read_buffer);
+}
+
+/* Calls the Lua callback with (data) or (nil, err); a no-op once detached. */
+static void call_back(reader *r, const char *data, size_t n, const char *err) {
+  if (r->cb_ref == LUA_NOREF) return;
+  lua_State *L = host_get()->L;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, r->cb_ref);
+  if (data != NULL) lua_pushlstring(L, data, n);
+  else lua_pushnil(L);
+  if (err != NULL) lua_pushstring(L, err);
+  host_pcall(err != NULL ? 2 : 1);
+}
+
+static int on_line(void *ctx, char *line, size_t len) {
+  reader *r = ctx;
+  call_back(r, line, len, NULL);
+  return r->state != READER_READING;  /* the callback closed us: stop */
+}
+
+static void on_closed(uv_handle_t *handle) {
+  reader *r = handle->data;
+  linebuf_free(&r->lb);
+  r->state = READER_CLOSED;
+  if (r->on_closed) r->on_closed(r, r->owner);
+}
+
+/* EOF or an error: deliver what is left, then nil, then close the pipe. */
+static void finish(reader *r, const char *err) {
+  r->state = READER_DONE;
+  uv_read_stop(&r->h.stream);
+  size_t tail = linebuf_pending(&r->lb);
+  if (err == NULL && r->lines && tail > 0)  /* a last line without '\n' */
+    call_back(r, r->lb.buf, tail, NULL);
+  call_back(r, NULL, 0, err);
+  reader_close(r);
+  if (r->on_done) r->on_done(r, r->owner);
+}
+
+static void feed_lines(reader *r, const char *data, size_t n) {
+  if (linebuf_feed(&r->lb, data, n, on_line, r) < 0 && r->state == READER_READING) {
+    char msg[80];
+    snprintf(msg, sizeof msg, "line longer than %zu bytes", r->max_line);
+    finish(r, msg);
+  }
+}
+
+static void on_read(uv_stream_t *stream, ssize_t n, const uv_buf_t *buf) {
+  reader *r = stream->data;
+  if (n > 0 && r->lines) feed_lines(r, buf->base, (size_t)n);
+  else if (n > 0) call_back(r, buf->base, (size_t)n, NULL);
+  else if (n == UV_EOF) finish(r, NULL);
+  else if (n < 0) finish(r, uv_strerror((int)n));
+}
+
+static void init_fields(reader *r, int lines, size_t max_line, void *owner,
+                        reader_done_fn on_done, reader_done_fn on_closed_fn) {
+  r->lines = lines;
+  r->max_line = max_line;
+  r->cb_ref = LUA_NOREF;
+  r->state = READER_IDLE;
+  r->owner = owner;
+  r->on_done = on_done;
+  r->on_closed = on_closed_fn;
+  linebuf_init(&r->lb, max_line);
+}
+
+/* A pipe for a child's output (uv_spawn connects it). */
+int reader_init(reader *r, uv_loop_t *loop, int lines, size_t max_line,
+                void *owner, reader_done_fn on_done, reader_done_fn on_closed_fn) {
+  init_fields(r, lines, max_line, owner, on_done, on_closed_fn);
+  int rc = uv_pipe_init(loop, &r->h.pipe, 0);
+  r->h.handle.data = r;
+  if (rc != 0) r->state = READER_CLOSED;
+  return rc;
+}
+
+/*
+** An fd we already have (a dup of our stdin): a pipe or a terminal; it is
+** closed with the reader. On failure after the handle was initialized the
+** caller still calls reader_close (on_closed follows); reader_finished()
+** says whether that is needed.
+*/
+int reader_init_fd(reader *r, uv_loop_t *loop, int fd, int lines, size_t max_line,
+                   void *owner, reader_done_fn on_done, reader_done_fn on_closed_fn) {
+  init_fields(r, lines, max_line, owner, on_done, on_closed_fn);
+  r->h.handle.data = r;
+  int rc;
+  if (uv_guess_handle(fd) == UV_TTY) {
+    rc = uv_tty_init(loop, &r->h.tty, fd, 0);
+    if (rc != 0) r->state = READER_CLOSED;  /* nothing was initialized */
+  } else {
+    rc = uv_pipe_init(loop, &r->h.pipe, 0);
+    if (rc != 0) r->state = READER_CLOSED;
+    else rc = uv_pipe_open(&r->h.pipe, fd);
+  }
+  r->h.handle.data = r;
+  return rc;
+}
+
+int reader_start(reader *r) {
+  int rc = uv_read_start(&r->h.stream, on_alloc, on_read);
+  if (rc == 0) r->state = READER_READING;
+  return rc;
+}
+
+void reader_detach(reader *r) { host_unref(&r->cb_ref); }
+
+void reader_close(reader *r) {
+  reader_detach(r);
+  if (r->state >= READER_CLOSING) return;
+  if (r->state == READER_READING) uv_read_stop(&r->h.stream);
+  r->state = READER_CLOSING;
+  uv_close(&r->h.handle, on_closed);
+}
+
+int reader_finished(const reader *r) { return r->state >= READER_DONE; }

@@ -1,0 +1,75 @@
+/*
+** Ctrl-C. A C signal cannot touch a Lua state or the loop directly (lua.c),
+** so the handler only sets a flag, arms a Lua hook (to stop a pure-Lua loop
+** on the main state) and wakes the loop through a uv_async (async-signal-
+** safe by libuv's documentation). core.run_once then raises the interrupt
+** error; the exit path disarms both before it runs the exit hooks.
+**
+** Not a uv_signal: its handler runs only when the loop runs, so it could
+** not stop a script that spins in Lua without ever waiting.
+*/
+#include "host.h"
+
+#include <string.h>
+
+#include <lauxlib.h>
+
+static uv_async_t wake_loop;
+static volatile sig_atomic_t hook_allowed, wake_allowed;
+
+/*
+** Raises the interrupt error and stays armed: like Redis's killed-script
+** hook, a pcall in the script cannot swallow it and carry on.
+*/
+static void interrupt_hook(lua_State *L, lua_Debug *ar) {
+  (void)ar;
+  lua_sethook(L, interrupt_hook, LUA_MASKCOUNT, 1000);
+  host_push_interrupt_error(L);
+  lua_error(L);
+}
+
+static void on_sigint(int signo) {
+  (void)signo;
+  smol_host *h = host_get();
+  h->interrupted = 1;
+  h->was_interrupted = 1;
+  if (hook_allowed)
+    lua_sethook(h->L, interrupt_hook,
+                LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+  if (wake_allowed) uv_async_send(&wake_loop);
+}
+
+/* Nothing to do: waking uv_run is the point; run_once checks the flag. */
+static void on_wake(uv_async_t *handle) { (void)handle; }
+
+int sigint_install(smol_host *h) {
+  int rc = uv_async_init(&h->loop, &wake_loop, on_wake);
+  if (rc != 0) return rc;
+  uv_unref((uv_handle_t *)&wake_loop);  /* must not keep run_once "alive" */
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_sigint;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  hook_allowed = wake_allowed = 1;
+  return sigaction(SIGINT, &sa, NULL) == 0 ? 0 : UV_EINVAL;
+}
+
+/* The exit path took over: exit hooks may run the loop again. */
+void sigint_disarm(smol_host *h) {
+  h->interrupted = 0;
+  lua_sethook(h->L, NULL, 0, 0);
+}
+
+/*
+** After the exit hooks no Lua code must be interrupted (lua_close runs
+** finalizers) and the loop is about to close; the handler stays installed
+** (the default action would skip killing the run's processes) but from now
+** on only sets the flag.
+*/
+void sigint_close(smol_host *h) {
+  if (!wake_allowed) return;
+  hook_allowed = wake_allowed = 0;
+  sigint_disarm(h);
+  uv_close((uv_handle_t *)&wake_loop, NULL);
+}

@@ -1,0 +1,180 @@
+/*
+** The host's own stdin/stdout, asynchronously, for providers written in
+** Lua: core.read_stdin, core.write_stdout, core.stdout_pending.
+** Both work on dups of fds 0 and 1, so closing a uv handle never closes
+** the real fd. Writes through core.write_stdout are not ordered with
+** print()/io.write (those go through C stdio buffers): use one or the other.
+*/
+#include "host.h"
+
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <lauxlib.h>
+
+#define STDIN_MT "smol.stdin_reader"
+#define DEFAULT_MAX_LINE ((size_t)256 * 1024 * 1024)
+
+/* {=================== stdin ===================} */
+
+static reader in_reader;
+static int in_busy;             /* from read_stdin until the handle closed */
+static unsigned in_generation;  /* which box owns in_reader */
+
+static void on_stdin_closed(reader *r, void *owner) {
+  (void)r;
+  (void)owner;
+  in_busy = 0;
+}
+
+/* Opens a dup of fd 0 as in_reader; 0 or a UV_E* code (then nothing is left open). */
+static int open_stdin(int lines, size_t max_line) {
+  int fd = dup(0);
+  if (fd < 0) return uv_translate_sys_error(errno);
+  int rc = reader_init_fd(&in_reader, &host_get()->loop, fd, lines, max_line,
+                          NULL, NULL, on_stdin_closed);
+  if (rc != 0) close(fd);  /* a failed open leaves the fd ours */
+  if (!reader_finished(&in_reader)) {
+    in_busy = 1;
+    if (rc != 0) reader_close(&in_reader);
+  }
+  return rc;
+}
+
+static size_t check_max_line(lua_State *L) {
+  if (lua_getfield(L, 1, "max_line") == LUA_TNIL) return DEFAULT_MAX_LINE;
+  int isint;
+  lua_Integer n = lua_tointegerx(L, -1, &isint);
+  luaL_argcheck(L, isint && n > 0, 1, "max_line must be a positive integer");
+  return (size_t)n;
+}
+
+/* core.read_stdin{mode = "lines"|"chunks", max_line = N, on_data = fn} -> r | nil, "busy" */
+static int core_read_stdin(lua_State *L) {
+  static const char *const modes[] = {"lines", "chunks", NULL};
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_getfield(L, 1, "mode");
+  int lines = luaL_checkoption(L, -1, "lines", modes) == 0;
+  size_t max_line = check_max_line(L);
+  luaL_argcheck(L, lua_getfield(L, 1, "on_data") == LUA_TFUNCTION, 1,
+                "on_data must be a function");
+  if (in_busy) {
+    luaL_pushfail(L);
+    lua_pushliteral(L, "busy");
+    return 2;
+  }
+  unsigned *box = lua_newuserdatauv(L, sizeof *box, 0);
+  *box = 0;  /* owns nothing until started */
+  luaL_setmetatable(L, STDIN_MT);
+  int rc = open_stdin(lines, max_line);
+  if (rc == 0) rc = reader_start(&in_reader);
+  if (rc != 0) {
+    if (in_busy) reader_close(&in_reader);
+    return luaL_error(L, "read_stdin: %s", uv_strerror(rc));
+  }
+  lua_pushvalue(L, -2);  /* on_data */
+  in_reader.cb_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  *box = ++in_generation;
+  return 1;
+}
+
+/* r:stop(): no more callbacks; stops reading and closes our dup of fd 0 */
+static int stdin_stop(lua_State *L) {
+  unsigned *box = luaL_checkudata(L, 1, STDIN_MT);
+  if (*box != 0 && *box == in_generation && in_busy) reader_close(&in_reader);
+  *box = 0;
+  return 0;
+}
+
+/* {=================== stdout ===================} */
+
+enum { OUT_UNSET, OUT_STREAM, OUT_FILE, OUT_BROKEN, OUT_CLOSED };
+
+static struct {
+  int state;
+  union { uv_pipe_t pipe; uv_tty_t tty; uv_stream_t stream; uv_handle_t handle; } h;
+  size_t pending;
+  int error;  /* the write error that broke it */
+} out;
+
+/* A pipe or terminal gets a uv stream on a dup of fd 1; anything else (a file) is written synchronously. */
+static int open_stdout(void) {
+  uv_handle_type type = uv_guess_handle(1);
+  if (type != UV_NAMED_PIPE && type != UV_TTY) return out.state = OUT_FILE;
+  int fd = dup(1);
+  if (fd < 0) return out.state = OUT_FILE;
+  uv_loop_t *loop = &host_get()->loop;
+  int rc = type == UV_TTY ? uv_tty_init(loop, &out.h.tty, fd, 0)
+                          : uv_pipe_init(loop, &out.h.pipe, 0);
+  if (rc == 0 && type != UV_TTY && uv_pipe_open(&out.h.pipe, fd) != 0) {
+    uv_close(&out.h.handle, NULL);  /* static memory: nothing to free */
+    rc = -1;
+  }
+  if (rc != 0) {
+    close(fd);
+    return out.state = OUT_FILE;
+  }
+  return out.state = OUT_STREAM;
+}
+
+static void on_stdout_written(void *owner, int status) {
+  (void)owner;
+  if (status < 0 && status != UV_ECANCELED && out.state == OUT_STREAM) {
+    out.state = OUT_BROKEN;
+    out.error = status;
+  }
+}
+
+static int write_file_sync(lua_State *L, const char *s, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(1, s, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return luaL_error(L, "write_stdout: %s", strerror(errno));
+    s += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+/* core.write_stdout(s): async, ordered; raises once stdout is broken (EPIPE) */
+static int core_write_stdout(lua_State *L) {
+  size_t n;
+  const char *s = luaL_checklstring(L, 1, &n);
+  if (out.state == OUT_UNSET) open_stdout();
+  if (out.state == OUT_FILE) return write_file_sync(L, s, n);
+  if (out.state == OUT_BROKEN)
+    return luaL_error(L, "write_stdout: %s", uv_strerror(out.error));
+  if (out.state != OUT_STREAM) return luaL_error(L, "write_stdout: stdout is closed");
+  int rc = write_anchored(L, &out.h.stream, 1, &out.pending, NULL, on_stdout_written);
+  if (rc != 0) return luaL_error(L, "write_stdout: %s", uv_strerror(rc));
+  return 0;
+}
+
+static int core_stdout_pending(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)out.pending);
+  return 1;
+}
+
+/* {=================== exit path ===================} */
+
+int stdio_out_pending(void) { return out.state == OUT_STREAM ? (int)(out.pending > 0) : 0; }
+
+void stdio_close_all(void) {
+  if (in_busy) reader_close(&in_reader);
+  if (out.state == OUT_STREAM || out.state == OUT_BROKEN) uv_close(&out.h.handle, NULL);
+  if (out.state != OUT_UNSET) out.state = OUT_CLOSED;
+}
+
+void stdio_open(lua_State *L) {
+  static const luaL_Reg funcs[] = {
+    {"read_stdin", core_read_stdin}, {"write_stdout", core_write_stdout},
+    {"stdout_pending", core_stdout_pending}, {NULL, NULL}};
+  luaL_newmetatable(L, STDIN_MT);
+  lua_newtable(L);
+  lua_pushcfunction(L, stdin_stop);
+  lua_setfield(L, -2, "stop");
+  lua_setfield(L, -2, "__index");
+  lua_pop(L, 1);
+  luaL_setfuncs(L, funcs, 0);
+}

@@ -1,0 +1,53 @@
+/*
+** Async writes of Lua strings (a child's stdin, our stdout). The string is
+** anchored by a registry ref until libuv's callback, so its bytes cannot be
+** collected while the kernel still reads them (STYLE.md pattern 9).
+*/
+#include "host.h"
+
+#include <stdlib.h>
+
+#include <lauxlib.h>
+
+typedef struct write_req {
+  uv_write_t req;
+  int str_ref;
+  size_t len, *pending;
+  void *owner;
+  write_done_fn done;
+} write_req;
+
+static void on_written(uv_write_t *req, int status) {
+  write_req *w = (write_req *)req;
+  *w->pending -= w->len;
+  host_unref(&w->str_ref);
+  write_done_fn done = w->done;
+  void *owner = w->owner;
+  free(w);
+  if (done) done(owner, status);
+}
+
+int write_anchored(lua_State *L, uv_stream_t *stream, int idx, size_t *pending,
+                   void *owner, write_done_fn done) {
+  size_t len;
+  const char *s = lua_tolstring(L, idx, &len);
+  if (len == 0) return 0;
+  lua_pushvalue(L, idx);
+  int ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  write_req *w = malloc(sizeof *w);
+  if (w == NULL) {
+    luaL_unref(L, LUA_REGISTRYINDEX, ref);
+    return UV_ENOMEM;
+  }
+  *w = (write_req){.str_ref = ref, .len = len, .pending = pending,
+                   .owner = owner, .done = done};
+  uv_buf_t buf = uv_buf_init((char *)s, (unsigned)len);
+  int rc = uv_write(&w->req, stream, &buf, 1, on_written);
+  if (rc != 0) {
+    luaL_unref(L, LUA_REGISTRYINDEX, ref);
+    free(w);
+    return rc;
+  }
+  *pending += len;
+  return 0;
+}

@@ -1,0 +1,191 @@
+-- `smolwf run [OPTIONS] FILE [ARGS]`: runs the workflow FILE returns, or
+-- just runs FILE when it is a plain script that returns no workflow.
+local wf = require "smol.workflow"
+local env = require "smol.workflow.env"
+
+local M = {}
+
+M.USAGE = [[
+usage: smolwf run [OPTIONS] FILE [ARGS...]
+
+Runs the workflow that the Lua file FILE returns (wf.define{...}); a plain
+script that returns nothing just runs. ARGS are the script's `arg` / `...`.
+
+options:
+  --jobs N          run at most N steps at once (overrides the workflow's jobs)
+  --step NAME       run only NAME and the steps it needs (repeatable)
+  --list            print the steps and their dependencies as a tree
+  --dry-run         print what would run, in order, and run nothing
+  --param K=V       set ctx.params.K (repeatable)
+  --keep-going      a failed step does not cancel the independent ones
+  --report-dir DIR  where logs, artifacts and reports go
+                    (default .smolwf/runs/<timestamp>)
+  --json            one JSON event per line on stdout, no live view
+  --no-progress     no live view or step lines (the summary still prints)
+  --path DIR        also look for Lua modules in DIR (repeatable)
+  --record FILE     record every line exchanged with providers (JSON Lines)
+  --replay FILE     answer every provider request from a recording
+  --help            this text
+
+exit status: 0 every required step succeeded, 1 a step failed,
+2 invalid workflow or usage, 130 interrupted (Ctrl-C).
+]]
+
+local Usage = { __tostring = function(e) return e.message end }
+local function usage_error(fmt, ...)
+  error(setmetatable({ code = "usage", message = fmt:format(...) }, Usage), 0)
+end
+
+local FLAGS = { ["--list"] = "list", ["--dry-run"] = "dry_run", ["--keep-going"] = "keep_going",
+  ["--json"] = "json", ["--no-progress"] = "no_progress", ["--help"] = "help", ["-h"] = "help" }
+local VALUED = { ["--jobs"] = true, ["--step"] = true, ["--param"] = true,
+  ["--report-dir"] = true, ["--path"] = true, ["--record"] = true, ["--replay"] = true }
+
+local function add_valued(opts, name, value)
+  if name == "--jobs" then
+    local n = math.tointeger(tonumber(value))
+    if not n or n < 1 then usage_error("--jobs needs a positive integer, got '%s'", value) end
+    opts.jobs = n
+  elseif name == "--step" then opts.steps[#opts.steps + 1] = value
+  elseif name == "--param" then
+    local k, v = value:match("^([^=]+)=(.*)$")
+    if not k then usage_error("--param needs KEY=VALUE, got '%s'", value) end
+    opts.params[k] = v
+  elseif name == "--path" then opts.paths[#opts.paths + 1] = value
+  else opts[name:sub(3):gsub("-", "_")] = value end
+end
+
+-- Options come before FILE; everything after FILE belongs to the script.
+function M.parse(args)
+  local opts = { steps = {}, params = {}, paths = {}, script_args = {} }
+  local i = 1
+  while i <= #args do
+    local a = args[i]
+    local name, inline = a:match("^(%-%-[%w-]+)=(.*)$")
+    name = name or a
+    if FLAGS[a] then opts[FLAGS[a]] = true
+    elseif VALUED[name] then
+      local value = inline
+      if not value then i = i + 1; value = args[i] end
+      if value == nil then usage_error("%s needs a value", name) end
+      add_valued(opts, name, value)
+    elseif a == "--" then opts.file = args[i + 1]; i = i + 1; break
+    elseif a:sub(1, 1) == "-" and a ~= "-" then usage_error("unknown option '%s'", a)
+    else opts.file = a; break end
+    i = i + 1
+  end
+  table.move(args, i + 1, #args, 1, opts.script_args)
+  return opts
+end
+
+local function add_paths(paths)
+  for k = #paths, 1, -1 do
+    package.path = paths[k] .. "/?.lua;" .. paths[k] .. "/?/init.lua;" .. package.path
+  end
+end
+
+-- Keeps tables (our error values) as they are; adds a traceback to the rest.
+local function traceback_handler(err)
+  if type(err) == "table" then return err end
+  return debug.traceback(tostring(err), 2)
+end
+
+-- Runs FILE in the workflow environment; returns what it returned, or nil
+-- and an exit status after printing why it could not run.
+local function load_workflow(opts)
+  local arg_table = { [0] = opts.file }
+  table.move(opts.script_args, 1, #opts.script_args, 1, arg_table)
+  local chunk, err = env.load_file(opts.file, { arg = arg_table })
+  if not chunk then
+    io.stderr:write("smolwf run: ", err, "\n")
+    return nil, 2
+  end
+  local result = table.pack(xpcall(chunk, traceback_handler, table.unpack(opts.script_args)))
+  if not result[1] then
+    io.stderr:write("smolwf run: ", tostring(result[2]), "\n")
+    return nil, wf.is_invalid(result[2]) and 2 or 1
+  end
+  return result[2]
+end
+
+local function looks_like_workflow(v)
+  return type(v) == "table" and (wf.is_workflow(v) or v.steps ~= nil)
+end
+
+local function print_dry_run(def, opts)
+  local instances = wf.instances(def, opts.steps)
+  io.stdout:write(("workflow '%s': %d step instance%s would run, in this order:\n")
+    :format(def.name or "workflow", #instances, #instances == 1 and "" or "s"))
+  for i, inst in ipairs(instances) do
+    local needs = #inst.needs > 0 and ("  (needs " .. table.concat(inst.needs, ", ") .. ")") or ""
+    io.stdout:write(("%3d. %s%s\n"):format(i, inst.id, needs))
+  end
+end
+
+local function new_observer(name, opts)
+  local mod = wf.optional_module(name)
+  return mod and mod.new(opts)
+end
+
+local function observers_for(opts)
+  local list = {}
+  local no_color = os.getenv("NO_COLOR") ~= nil and os.getenv("NO_COLOR") ~= ""
+  if opts.json then
+    list[#list + 1] = new_observer("smol.workflow.events", { out = io.stdout })
+  elseif not opts.no_progress then
+    list[#list + 1] = new_observer("smol.workflow.progress", { out = io.stdout, no_color = no_color })
+  end
+  return list
+end
+
+local function print_summary(run, opts)
+  local summary = wf.optional_module("smol.workflow.summary")
+  local out = opts.json and io.stderr or io.stdout
+  if summary then out:write(summary.render(run, {}), "\n") end
+  out:write(("workflow '%s': %s; report in %s\n"):format(run.name, run.result, run.report_dir))
+end
+
+local function run_workflow(def, opts)
+  if opts.list then io.stdout:write(wf.tree(def), "\n"); return 0 end
+  if opts.dry_run then print_dry_run(def, opts); return 0 end
+  local run = wf.run(def, { jobs = opts.jobs, steps = opts.steps, params = opts.params,
+    keep_going = opts.keep_going, report_dir = opts.report_dir, observers = observers_for(opts) })
+  print_summary(run, opts)
+  return wf.exit_code(run)
+end
+
+local function start_recording(opts)
+  if opts.replay then require("smol.replay").install(opts.replay) end
+  if opts.record then return require("smol.record").start(opts.record) end
+end
+
+local function main(args)
+  local opts = M.parse(args)
+  if opts.help then io.stdout:write(M.USAGE); return 0 end
+  if not opts.file then usage_error("no FILE given (see smolwf run --help)") end
+  add_paths(opts.paths)
+  local recording = start_recording(opts)
+  local value, status = load_workflow(opts)
+  local code = status or 0
+  if not status and looks_like_workflow(value) then
+    if not wf.is_workflow(value) then wf.define(value) end
+    code = run_workflow(value, opts)
+  elseif not status and (opts.list or opts.dry_run or #opts.steps > 0) then
+    usage_error("%s did not return a workflow (wf.define{...})", opts.file)
+  end
+  if recording then recording:stop() end
+  return code
+end
+
+-- Returns the exit status; usage errors and invalid workflows give 2.
+function M.main(args)
+  local ok, code = xpcall(main, traceback_handler, args or {})
+  if ok then return code end
+  if type(code) == "table" and (code.code == "usage" or wf.is_invalid(code)) then
+    io.stderr:write("smolwf run: ", tostring(code.message), "\n")
+    return 2
+  end
+  error(code, 0)
+end
+
+return M

@@ -1,0 +1,188 @@
+--[[
+One group of conformance checks at run time: its provider process(es), its
+session, and the helpers checks use to talk to them.
+
+A group is {name, session = false (no session opened for it), needs = CAP
+(skip unless the session announces CAP), raw_errors = true (id-null error
+replies are what it provokes), checks = {{name, fn, needs = CAP}, ...}}.
+A check's fn(ctx) returns ok, expected, got (see expect.lua), or "skip" and
+a reason; an error it raises is a failure whose `got` is the error message.
+]]
+local cjson = require "cjson"
+local wire = require "smol.conformance.wire"
+local expect = require "smol.conformance.expect"
+
+local context = {}
+context.__index = context
+
+local null = cjson.null
+local TEARDOWN_TIMEOUT = 2   -- seconds for each close and for the provider to exit
+
+-- The variable set in the provider's environment that commands must not see.
+context.LEAK_NAME = "SMOLWF_CONFORMANCE_LEAK"
+
+function context:leak_value()
+  return "leak-" .. self.env.token
+end
+
+-- Starts another provider process for this group; stopped at teardown.
+function context:start_provider()
+  local conn, err = wire.start(self.env.argv, {
+    env_extra = {[context.LEAK_NAME] = self:leak_value()},
+    stderr_sink = self.env.stderr_sink,
+  })
+  if not conn then error(err, 0) end
+  self.conns[#self.conns + 1] = conn
+  return conn
+end
+
+function context:open_params(extra)
+  self.env.opens = (self.env.opens or 0) + 1
+  local params = {
+    metadata = {request_id = "conformance-open-" .. self.env.opens,
+                sandbox_group_id = "conformance-" .. self.env.token},
+    profile = self.env.profile,
+    workspace_sync = {host_path = self.env.ws_host},
+    cwd = null,
+  }
+  for k, v in pairs(extra or {}) do params[k] = v end
+  return params
+end
+
+--[[
+Opens a session on conn (default: the group's) and tracks it so teardown
+closes it. Returns the request record and the session (nil on failure).
+]]
+function context:open_session(extra, conn)
+  conn = conn or self.conn
+  local req = conn:call("open", self:open_params(extra))
+  local s = req.result
+  if not expect.is_result(req) or type(s.id) ~= "string" then return req, nil end
+  self.sessions[#self.sessions + 1] = {session = s, conn = conn}
+  return req, s
+end
+
+-- Closes a session opened by open_session; returns the request record.
+-- wrapped: send {session = SESSION} instead of the session itself.
+function context:close_session(session, conn, wrapped)
+  for _, entry in ipairs(self.sessions) do
+    if entry.session == session then entry.closed = true end
+  end
+  return (conn or self.conn):call("close", wrapped and {session = session} or session)
+end
+
+local function with_session(self, params)
+  params = params or {}
+  if params.session == nil then params.session = self.session end
+  return params
+end
+
+-- A request on the group's session, awaited (opts.timeout in seconds).
+function context:op(method, params, opts)
+  return self.conn:call(method, with_session(self, params), opts)
+end
+
+-- The same, not awaited: returns the record at once.
+function context:send_op(method, params, opts)
+  return self.conn:send(method, with_session(self, params), opts)
+end
+
+function context:exec_params(argv, extra)
+  local params = {argv = argv, cwd = null, env = null, stdin_base64 = null}
+  for k, v in pairs(extra or {}) do params[k] = v end
+  return params
+end
+
+-- exec of argv on the group's session; extra adds or replaces params.
+function context:exec(argv, extra, timeout)
+  return self:op("exec", self:exec_params(argv, extra), {timeout = timeout})
+end
+
+function context:caps()
+  return self.session and self.session.capabilities or {}
+end
+
+function context:has(cap)
+  local caps = self:caps()
+  return type(caps) == "table" and caps[cap] ~= nil and caps[cap] ~= false and caps[cap] ~= null
+end
+
+-- ======================================================================
+-- Running a group
+-- ======================================================================
+
+local function setup(self)
+  self.conn = self:start_provider()
+  if self.group.session == false then return end
+  local req, session = self:open_session()
+  if not session then
+    return "no session for this group: open answered " .. expect.reply(req)
+  end
+  self.session = session
+  if self.group.needs and not self:has(self.group.needs) then
+    self.skip_all = "the session does not announce `" .. self.group.needs .. "`"
+  end
+end
+
+local function run_check(self, check)
+  local r = {group = self.group.name, name = check[1]}
+  if self.setup_error then
+    r.status, r.expected, r.got = "fail", "a working provider", self.setup_error
+  elseif self.skip_all or (check.needs and not self:has(check.needs)) then
+    r.status = "skip"
+    r.got = self.skip_all or ("the session does not announce `" .. check.needs .. "`")
+  else
+    local ok, pass, expected, got = xpcall(check[2], debug.traceback, self)
+    if not ok then pass, expected, got = false, "no error in the kit", pass end
+    if pass == "skip" then
+      r.status, r.got = "skip", expected
+    else
+      r.status, r.expected, r.got = pass and "pass" or "fail", expected, got
+    end
+  end
+  return r
+end
+
+local function teardown(self)
+  for _, entry in ipairs(self.sessions) do
+    if not entry.closed and not entry.conn.exited then
+      entry.conn:call("close", entry.session, {timeout = TEARDOWN_TIMEOUT})
+    end
+  end
+  for _, conn in ipairs(self.conns) do
+    if not conn:stop(TEARDOWN_TIMEOUT) then
+      conn.violations[#conn.violations + 1] = "provider did not exit within "
+        .. TEARDOWN_TIMEOUT .. "s of shutdown and end of input (killed)"
+    end
+  end
+end
+
+local function protocol_result(self)
+  local problems = {}
+  for _, conn in ipairs(self.conns) do
+    for _, v in ipairs(conn.violations) do problems[#problems + 1] = v end
+    if not self.group.raw_errors then
+      for _, msg in ipairs(conn.null_replies) do
+        problems[#problems + 1] = "unprovoked reply with id null: " .. expect.show(msg)
+      end
+    end
+  end
+  local r = {group = self.group.name,
+    name = "replies are JSON objects for known ids, nothing after a terminal line",
+    expected = "no protocol violations"}
+  r.status = #problems == 0 and "pass" or "fail"
+  r.got = #problems == 0 and "none" or (#problems .. ": " .. table.concat(problems, "; "))
+  return r
+end
+
+-- Runs every check of group against fresh provider(s); emit(result) per check.
+function context.run_group(env, group, emit)
+  local self = setmetatable({env = env, group = group, conns = {}, sessions = {}}, context)
+  local ok, err = pcall(setup, self)
+  if not ok then self.setup_error = tostring(err) else self.setup_error = err end
+  for _, check in ipairs(group.checks) do emit(run_check(self, check)) end
+  teardown(self)
+  if #self.conns > 0 then emit(protocol_result(self)) end
+end
+
+return context

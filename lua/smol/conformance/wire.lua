@@ -1,0 +1,243 @@
+-- The conformance kit's raw JSON Lines connection to one provider process.
+--
+-- Unlike smol.jsonl (the client everybody else uses), this one must be able
+-- to send lines that are not valid requests, and it records everything the
+-- provider does wrong instead of raising: replies for unknown or finished
+-- ids, lines that are not JSON, events after a terminal line. Every wait has
+-- a deadline, so a provider that hangs makes a check fail, never the kit.
+--
+-- Waiting drives the loop with core.run_once, so the kit runs outside any
+-- smol.task task (the CLI and the specs call it from the main chunk).
+local core = require "smol.core"
+local cjson = require "cjson"
+
+local wire = {}
+wire.__index = wire
+
+local json = cjson.new()
+json.decode_max_depth(64)          -- a provider's replies are shallow; {} encodes as an object
+
+-- Default deadline for one request, in seconds.
+wire.DEFAULT_TIMEOUT = 10
+
+local MAX_LINE = 256 * 1024 * 1024
+local STDERR_TAIL = 40
+
+-- Reads the kit's own environment (Lua cannot list it), so the provider can
+-- be started with it plus a marker variable.
+local function current_environment()
+  local env = {}
+  local f = io.open("/proc/self/environ", "rb")
+  if not f then return env end
+  local data = f:read("a")
+  f:close()
+  for entry in data:gmatch("([^%z]+)") do
+    local k, v = entry:match("^([^=]+)=(.*)$")
+    if k then env[k] = v end
+  end
+  return env
+end
+
+-- Runs the loop until pred() is true or `seconds` passed; returns pred().
+function wire.wait_until(pred, seconds)
+  if pred() then return true end
+  local expired = false
+  local timer = core.timer(seconds, function() expired = true end)
+  local ok, err = pcall(function()
+    while not pred() and not expired do core.run_once() end
+  end)
+  timer:stop()
+  if not ok then error(err, 0) end
+  return pred()
+end
+
+function wire.sleep(seconds)
+  local woke = false
+  wire.wait_until(function() return woke end, seconds)
+end
+
+local function note_violation(self, what)
+  self.violations[#self.violations + 1] = what
+end
+
+local function deliver(self, msg, line)
+  local req = self.pending[msg.id]
+  if not req then
+    local done = self.finished[msg.id]
+    note_violation(self, (done and "reply after the terminal line of id "
+      or "reply for unknown id ") .. tostring(msg.id) .. ": " .. line:sub(1, 200))
+    return
+  end
+  if msg.event ~= nil then
+    if not req.discard_events then req.events[#req.events + 1] = msg.event end
+    if req.on_event then req.on_event(msg.event) end
+    return
+  end
+  req.result, req.error = msg.result, msg.error
+  req.done, req.seq = true, self:next_seq()
+  self.pending[msg.id], self.finished[msg.id] = nil, req
+end
+
+function wire:next_seq()
+  self.seq = self.seq + 1
+  return self.seq
+end
+
+function wire:on_line(line)
+  if line == "" then return end
+  local ok, msg = pcall(json.decode, line)
+  if not ok or type(msg) ~= "table" then
+    note_violation(self, "line is not a JSON object: " .. line:sub(1, 200))
+  elseif msg.id == cjson.null or msg.id == nil then
+    msg.seq = self:next_seq()
+    self.null_replies[#self.null_replies + 1] = msg
+  elseif msg.result == nil and msg.error == nil and msg.event == nil then
+    note_violation(self, "line has none of result, error, event: " .. line:sub(1, 200))
+  else
+    deliver(self, msg, line)
+  end
+end
+
+local function fail_pending(self, why)
+  for id, req in pairs(self.pending) do
+    req.done, req.lost = true, why
+    self.pending[id], self.finished[id] = nil, req
+  end
+end
+
+local function on_stderr(self, line)
+  if not line then return end
+  local tail = self.stderr_tail
+  tail[#tail + 1] = line
+  if #tail > STDERR_TAIL then table.remove(tail, 1) end
+  if self.stderr_sink then self.stderr_sink(line) end
+end
+
+local function spawn_options(self, argv, env)
+  return {
+    file = argv[1], args = argv, env = env, stdin = true,
+    stdout = "lines", stderr = "lines", max_line = MAX_LINE,
+    process_group = true,
+    on_stdout = function(line, err)
+      if line then return self:on_line(line) end
+      if err then note_violation(self, "provider stdout: " .. err) end
+    end,
+    on_stderr = function(line) on_stderr(self, line) end,
+    on_exit = function(code, signal)
+      self.exit_code, self.exit_signal, self.exited = code, signal, true
+      fail_pending(self, "provider exited (" .. self:exit_status() .. ")")
+    end,
+  }
+end
+
+--[[
+Starts `argv` (the provider program, its arguments and "serve") with the
+kit's environment plus opts.env_extra. opts.stderr_sink(line) sees the
+provider's stderr. Returns the connection, or nil and a message.
+]]
+function wire.start(argv, opts)
+  opts = opts or {}
+  local env = current_environment()
+  for k, v in pairs(opts.env_extra or {}) do env[k] = v end
+  local self = setmetatable({
+    argv = argv, next_id = 0, seq = 0, pending = {}, finished = {},
+    null_replies = {}, violations = {}, stderr_tail = {},
+    stderr_sink = opts.stderr_sink,
+  }, wire)
+  local proc, err = core.spawn(spawn_options(self, argv, env))
+  if not proc then
+    return nil, "cannot start provider `" .. argv[1] .. "`: " .. tostring(err)
+  end
+  self.proc, self.pid = proc, proc.pid
+  return self
+end
+
+function wire:exit_status()
+  if not self.exited then return "running" end
+  if self.exit_signal then return "killed by SIG" .. self.exit_signal end
+  return "exit code " .. tostring(self.exit_code)
+end
+
+-- Sends one raw line (a "\n" is added). False when the provider's stdin is gone.
+function wire:send_raw(line)
+  if self.exited then return false end
+  return (pcall(self.proc.write, self.proc, line .. "\n"))
+end
+
+-- Registers a record for replies with `id` to a line the caller sends raw.
+function wire:track(id, method, on_event)
+  local req = {id = id, method = method, events = {}, on_event = on_event}
+  self.pending[id] = req
+  return req
+end
+
+--[[
+Sends a request and returns its record without waiting: {id, method,
+events = {...}, done, result, error, lost, seq}. opts.id picks the id
+(any JSON value), opts.on_event(ev) sees events as they arrive, and
+opts.discard_events keeps them out of req.events (for long streams).
+]]
+function wire:send(method, params, opts)
+  opts = opts or {}
+  local id = opts.id
+  if id == nil then
+    self.next_id = self.next_id + 1
+    id = self.next_id
+  end
+  local req = self:track(id, method, opts.on_event)
+  req.discard_events = opts.discard_events
+  local line = json.encode({id = id, method = method, params = params or {}})
+  if not self:send_raw(line) then
+    self.pending[id] = nil
+    req.done, req.lost = true, "provider stdin is closed (" .. self:exit_status() .. ")"
+  end
+  return req
+end
+
+-- Waits for req's terminal line; false when the deadline passed first.
+function wire:wait(req, seconds)
+  return wire.wait_until(function() return req.done end, seconds or wire.DEFAULT_TIMEOUT)
+end
+
+-- send + wait. The record says what came back (req.lost on a timeout or exit).
+function wire:call(method, params, opts)
+  local req = self:send(method, params, opts)
+  local seconds = opts and opts.timeout or wire.DEFAULT_TIMEOUT
+  if not self:wait(req, seconds) then
+    req.lost = string.format("no reply within %gs", seconds)
+  end
+  return req
+end
+
+function wire:wait_exit(seconds)
+  return wire.wait_until(function() return self.exited end, seconds)
+end
+
+function wire:close_stdin()
+  if self.proc then self.proc:close_stdin() end
+end
+
+--[[
+Ends the provider: shutdown (when it still runs), then end of input, then
+KILL to its process group if it has not exited within `grace` seconds.
+Returns true when it exited by itself.
+]]
+function wire:stop(grace)
+  grace = grace or 3
+  if not self.exited then
+    self:send("shutdown", {})
+    self:close_stdin()
+  end
+  local clean = self:wait_exit(grace)
+  if not clean then
+    self.proc:kill("KILL")
+    self:wait_exit(grace)
+  end
+  self.proc:close()
+  return clean
+end
+
+wire.json = json
+wire.null = cjson.null
+
+return wire

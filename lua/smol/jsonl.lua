@@ -1,0 +1,345 @@
+--[[
+smol.jsonl: one connection to a provider process speaking JSON Lines
+(shared/PROTOCOL.md, part 1 "Transport").
+
+  local conn = jsonl.start(program, {max_line_bytes = N, max_depth = N})
+  local result = conn:request("read_file", params, on_event, {timeout = 5})
+  conn:notify("kill", params)       -- fire and forget: the reply is dropped
+  conn:shutdown(grace)              -- `shutdown`, then wait for the exit
+
+Requests are multiplexed by integer id. The read callback (on the main
+state) only decodes a line and routes it to the queue of its request; the
+requesting task pops its queue, so a request's events reach `on_event` in
+the waiting task's own context, in order, and `on_event` may itself wait.
+
+Faults:
+  - a line that is not a JSON object, nested deeper than max_depth, longer
+    than max_line_bytes, a reply for an id never sent or with a null id:
+    the connection is broken. Every pending request fails with a
+    "protocol" error naming what was wrong, and the provider is terminated.
+  - the provider exits: every pending request fails with "provider_exited"
+    naming the program and how it ended.
+  - a request whose waiter gives up (cancelled, on_event raised, timeout)
+    is "abandoned": its later lines are dropped until its terminal line.
+]]
+
+local cjson = require "cjson"
+local core = require "smol.core"
+local task = require "smol.task"
+local errors = require "smol.errors"
+
+local jsonl = {}
+
+jsonl.DEFAULT_MAX_LINE = 256 * 1024 * 1024
+jsonl.DEFAULT_MAX_DEPTH = 128
+-- How long a provider that closed its stdout or broke the protocol may
+-- take to exit before it is killed.
+local EXIT_GRACE = 2
+
+local observer          -- see jsonl.observe
+local connections = 0   -- connection numbers, for observers and names
+
+local Conn = {}
+Conn.__index = Conn
+
+-- Registers fn(direction, info, line) called for every line sent ("send")
+-- or received ("recv") on any connection, and fn("exit", info, status) when
+-- a provider exits; nil removes it. fn must not yield.
+function jsonl.observe(fn)
+  observer = fn
+end
+
+local function notify_observer(conn, direction, what)
+  if observer then observer(direction, conn.info, what) end
+end
+
+local function basename(path)
+  return (tostring(path):match("([^/]+)/*$")) or tostring(path)
+end
+
+-- A decoder of our own: depth-capped, without touching the shared cjson
+-- module's settings that other code may rely on.
+local function new_codec(max_depth)
+  local codec = cjson.new()
+  codec.decode_max_depth(max_depth)
+  codec.encode_max_depth(max_depth)
+  codec.decode_invalid_numbers(false)
+  return codec
+end
+
+--[[ Failure of the whole connection ]]
+
+-- Fails every pending request with err and forgets them.
+function Conn:fail_pending(err)
+  local pending = self.pending
+  self.pending = {}
+  for id, req in pairs(pending) do
+    self.abandoned[id] = nil
+    req.queue:push({failure = err})
+  end
+end
+
+-- The connection is unusable (the provider broke the protocol): fail every
+-- pending request, remember why, and make the provider go away.
+function Conn:break_connection(message)
+  if self.state ~= "running" then return end
+  local err = errors.new{code = "protocol", program = self.program,
+    message = ("provider `%s` %s"):format(self.program, message)}
+  self.state, self.failure = "broken", err
+  self:fail_pending(err)
+  self.proc:close_stdin()
+  self.proc:kill("TERM")
+  self:arm_kill_timer()
+end
+
+local function describe_exit(code, signal)
+  if signal then
+    return ("was killed by signal %s (status %d)"):format(signal, code)
+  end
+  return ("exited with status %d"):format(code)
+end
+
+-- A provider that broke the protocol or closed its stdout cannot answer
+-- any more; it gets a short grace to exit on its own, then KILL.
+function Conn:arm_kill_timer()
+  if self.exit_code ~= nil or self.kill_timer then return end
+  self.kill_timer = core.timer(EXIT_GRACE, function()
+    if self.exit_code == nil then self.proc:kill("KILL") end
+  end)
+end
+
+function Conn:on_exit(code, signal)
+  self.exit_code, self.exit_signal = code, signal
+  if self.kill_timer then self.kill_timer:stop() end
+  local err = errors.new{code = "provider_exited", program = self.program,
+    exit_code = code, signal = signal,
+    message = ("provider `%s` %s"):format(self.program, describe_exit(code, signal))}
+  if self.state == "running" then self.failure = err end
+  self.state = "exited"
+  self:fail_pending(self.failure or err)
+  self.proc:close()
+  notify_observer(self, "exit", code)
+  self.exited:set(code, signal)
+end
+
+--[[ Routing received lines ]]
+
+-- A decoded message for request id: queue it for its waiter.
+function Conn:route(id, msg)
+  local req = self.pending[id]
+  local terminal = msg.result ~= nil or msg.error ~= nil
+  if not req then
+    if not self.abandoned[id] then
+      return self:break_connection(("sent a reply for unknown request id %s"):format(cjson.encode(id)))
+    end
+    if terminal then self.abandoned[id] = nil end
+    return
+  end
+  if not terminal and msg.event == nil then
+    return self:break_connection(("sent a reply for request %s with none of event, result, error"):format(id))
+  end
+  if terminal then self.pending[id] = nil end
+  req.queue:push(msg)
+end
+
+function Conn:on_line(line)
+  notify_observer(self, "recv", line)
+  if line == "" then return end
+  local ok, msg = pcall(self.codec.decode, line)
+  if not ok then
+    return self:break_connection("sent a line that is not valid JSON: " .. tostring(msg))
+  end
+  if type(msg) ~= "table" then
+    return self:break_connection("sent a line that is not a JSON object: " .. line:sub(1, 80))
+  end
+  local id = msg.id
+  if id == nil or id == cjson.null then
+    local e = type(msg.error) == "table" and msg.error or {}
+    return self:break_connection(("sent a reply without an id (%s: %s)"):format(
+      tostring(e.code), tostring(e.message)))
+  end
+  self:route(id, msg)
+end
+
+function Conn:on_stdout(line, err)
+  if line then return self:on_line(line) end
+  if err then
+    return self:break_connection(("sent an unreadable or too long line (limit %d bytes): %s")
+      :format(self.max_line, err))
+  end
+  -- EOF: a provider that closed its stdout cannot answer; it should exit now.
+  self:arm_kill_timer()
+end
+
+--[[ Starting ]]
+
+local function default_stderr(prefix)
+  return function(line)
+    if line then io.stderr:write(prefix, line, "\n") end
+  end
+end
+
+local function spawn_provider(conn, opts)
+  local args = {conn.program}
+  for _, a in ipairs(opts.args or {"serve"}) do args[#args + 1] = a end
+  local on_stderr = opts.on_stderr or default_stderr("[" .. conn.name .. "] ")
+  return core.spawn{
+    file = conn.program, args = args, env = opts.env, cwd = opts.cwd,
+    stdin = true, stdout = "lines", stderr = "lines", max_line = conn.max_line,
+    on_stdout = function(line, err) conn:on_stdout(line, err) end,
+    on_stderr = function(line) if line then on_stderr(line) end end,
+    on_exit = function(code, signal) conn:on_exit(code, signal) end,
+  }
+end
+
+--[[
+Starts `program serve` (opts.args replaces {"serve"}). opts: max_line_bytes,
+max_depth, env, cwd, on_stderr(line) (default: our stderr, each line
+prefixed with "[NAME] "). A program that cannot be started raises an error
+with code "not_found" (or the errno name's lower case) and op "start".
+]]
+function jsonl.start(program, opts)
+  opts = opts or {}
+  if type(program) ~= "string" or program == "" then
+    error("jsonl.start: program must be a non-empty string", 2)
+  end
+  connections = connections + 1
+  local conn = setmetatable({
+    program = program, name = basename(program), number = connections,
+    max_line = opts.max_line_bytes or jsonl.DEFAULT_MAX_LINE,
+    codec = new_codec(opts.max_depth or jsonl.DEFAULT_MAX_DEPTH),
+    pending = {}, abandoned = {}, next_id = 1, state = "running",
+    exited = task.event(),
+  }, Conn)
+  conn.info = {program = program, conn = conn.number}
+  local proc, msg, errname = spawn_provider(conn, opts)
+  if not proc then
+    errors.raise{code = errname == "ENOENT" and "not_found" or "io_error",
+      op = "start", path = program, program = program,
+      message = ("cannot run provider `%s`: %s"):format(program, tostring(msg))}
+  end
+  conn.proc, conn.pid = proc, proc.pid
+  return conn
+end
+
+--[[ Requests ]]
+
+function Conn:alive()
+  return self.state == "running"
+end
+
+-- Sends one line; raises the connection's failure when it cannot.
+function Conn:send_line(line)
+  if self.state ~= "running" then error(self.failure, 0) end
+  notify_observer(self, "send", line)
+  self.proc:write(line .. "\n")
+end
+
+-- params is a table, or a JSON object already encoded (a string).
+function Conn:encode_request(id, method, params)
+  if type(params) == "string" then
+    return ('{"id":%d,"method":%s,"params":%s}'):format(id, self.codec.encode(method), params)
+  end
+  return self.codec.encode({id = id, method = method, params = params or {}})
+end
+
+-- Registers a new request and sends it; returns its id and queue.
+function Conn:send_request(method, params)
+  if self.state ~= "running" then error(self.failure, 0) end
+  local id = self.next_id
+  self.next_id = id + 1
+  local queue = task.queue()
+  self.pending[id] = {queue = queue}
+  local ok, err = pcall(self.send_line, self, self:encode_request(id, method, params))
+  if not ok then
+    self.pending[id] = nil
+    error(err, 0)
+  end
+  return id, queue
+end
+
+-- The waiter gave up on request id: drop its later lines.
+function Conn:abandon(id)
+  if self.pending[id] then
+    self.pending[id] = nil
+    self.abandoned[id] = true
+  end
+end
+
+local function provider_error(conn, method, e)
+  if type(e) ~= "table" then e = {} end
+  return errors.new{code = type(e.code) == "string" and e.code or "internal",
+    message = type(e.message) == "string" and e.message or cjson.encode(e),
+    method = method, program = conn.program}
+end
+
+-- Pops messages until the terminal one; on_event gets each event.
+local function await(conn, method, queue, on_event)
+  while true do
+    local msg = queue:pop()
+    if msg.failure then error(msg.failure, 0) end
+    if msg.event ~= nil then
+      if on_event then on_event(msg.event) end
+    elseif msg.error ~= nil then
+      error(provider_error(conn, method, msg.error), 0)
+    else
+      return msg.result
+    end
+  end
+end
+
+local function arm_timeout(conn, method, queue, seconds)
+  if not seconds then return nil end
+  return core.timer(seconds, function()
+    queue:push({failure = errors.new{code = "timeout", method = method, program = conn.program,
+      message = ("provider `%s` did not answer `%s` within %g s"):format(conn.program, method, seconds)}})
+  end)
+end
+
+--[[
+Sends a request and waits for its terminal line; returns the result table
+or raises the error value (the provider's error code, "protocol",
+"provider_exited", "timeout", or whatever on_event or a cancel raised).
+opts.timeout: seconds to wait for the terminal line.
+]]
+function Conn:request(method, params, on_event, opts)
+  local id, queue = self:send_request(method, params)
+  local timer = arm_timeout(self, method, queue, opts and opts.timeout)
+  local ok, result = pcall(await, self, method, queue, on_event)
+  if timer then timer:stop() end
+  if not ok then
+    self:abandon(id)
+    error(result, 0)
+  end
+  return result
+end
+
+-- Sends a request whose reply nobody waits for (e.g. `kill` on cancel).
+function Conn:notify(method, params)
+  local id = self:send_request(method, params)
+  self:abandon(id)
+end
+
+-- Asks the provider to shut down and waits (at most grace seconds) for it
+-- to exit; kills it when it does not. Never raises.
+function Conn:shutdown(grace)
+  grace = grace or 2
+  if self.state == "running" then
+    pcall(self.request, self, "shutdown", {}, nil, {timeout = grace})
+    if self.exit_code == nil then self.proc:close_stdin() end
+  end
+  if self.exit_code == nil then
+    local timer = core.timer(grace, function() self.proc:kill("KILL") end)
+    self.exited:wait()
+    timer:stop()
+  end
+  return self.exit_code, self.exit_signal
+end
+
+-- Waits until the provider process has exited; returns its code and signal.
+function Conn:wait_exit()
+  return self.exited:wait()
+end
+
+jsonl.Conn = Conn
+return jsonl

@@ -1,0 +1,108 @@
+-- Recording of every line exchanged with every provider (for `--record FILE`).
+--
+--   local rec = require("smol.record").start("run.jsonl")
+--   ... run sessions, workflows ...
+--   rec:stop()            -- optional: entries are flushed line by line
+--
+-- The file is JSON Lines. The first line describes the recording:
+--   {"format":"smolwf-recording","version":1,"started_at":T}
+-- then one line per exchanged line, in the order the host saw them:
+--   {"seq":N,"t":T,"elapsed":E,"dir":"send"|"recv","program":P,"conn":C,"session":S,"line":L}
+-- `line` is the exact JSON text (kept as a string, so nothing is lost by a
+-- decode/encode round trip); `session` is the session id the line belongs
+-- to (absent for `open` requests, `shutdown`, `describe`); `t` is the wall
+-- clock (core.time(), to 0.1 ms: lua-cjson writes 14 digits) and `elapsed`
+-- the monotonic seconds since the recording started (to the microsecond). A provider's exit adds {"dir":"exit","status":N}.
+local cjson = require "cjson"
+local core = require "smol.core"
+local jsonl = require "smol.jsonl"
+
+local M = {}
+M.FORMAT, M.VERSION = "smolwf-recording", 1
+
+local json = cjson.new()
+json.decode_max_depth(128)
+
+local Recorder = {}
+Recorder.__index = Recorder
+
+-- The session a request is about: params.session.id, or the session object
+-- itself for `close` (sent as the params, like the original does).
+local function session_of_request(msg)
+  local params = type(msg.params) == "table" and msg.params or {}
+  if type(params.session) == "table" and type(params.session.id) == "string" then
+    return params.session.id
+  end
+  if msg.method == "close" and type(params.id) == "string" then return params.id end
+end
+
+-- Decodes a line for its bookkeeping only; a line that is not JSON is
+-- still recorded, just without a session.
+local function decode(line)
+  local ok, msg = pcall(json.decode, line)
+  if ok and type(msg) == "table" then return msg end
+end
+
+function Recorder:session_for(direction, conn, line)
+  local msg = decode(line)
+  if not msg or msg.id == nil then return nil end
+  local requests = self.requests[conn]
+  if not requests then requests = {}; self.requests[conn] = requests end
+  local key = tostring(msg.id)
+  if direction == "send" then
+    requests[key] = {session = session_of_request(msg), method = msg.method}
+    return requests[key].session
+  end
+  local req = requests[key] or {}
+  if msg.result ~= nil or msg.error ~= nil then requests[key] = nil end
+  if req.method == "open" and type(msg.result) == "table" and type(msg.result.id) == "string" then
+    return msg.result.id
+  end
+  return req.session
+end
+
+function Recorder:write(entry)
+  self.seq = self.seq + 1
+  entry.seq, entry.t, entry.elapsed = self.seq, core.time(), core.now() - self.started
+  self.file:write(json.encode(entry), "\n")
+end
+
+function Recorder:observe(direction, info, what)
+  if self.stopped then return end
+  if direction == "exit" then
+    return self:write({dir = "exit", program = info.program, conn = info.conn, status = what})
+  end
+  self:write({dir = direction, program = info.program, conn = info.conn,
+    session = self:session_for(direction, info.conn, what), line = what})
+end
+
+--- Stops recording and closes the file (idempotent).
+function Recorder:stop()
+  if self.stopped then return end
+  self.stopped = true
+  if M.current == self then
+    jsonl.observe(nil)
+    M.current = nil
+  end
+  self.file:close()
+end
+
+--- Starts recording into `path` (truncated). Only one recording at a time.
+function M.start(path)
+  if type(path) ~= "string" then
+    error("bad argument #1 to 'record.start' (a file path expected, got " .. type(path) .. ")", 2)
+  end
+  if M.current then error("record.start: already recording to " .. M.current.path, 2) end
+  local file, err = io.open(path, "w")
+  if not file then error(("cannot record to `%s`: %s"):format(path, err), 2) end
+  file:setvbuf("line")   -- every entry reaches the file even if the run dies
+  local rec = setmetatable({path = path, file = file, seq = 0, requests = {}, started = core.now()}, Recorder)
+  file:write(json.encode({format = M.FORMAT, version = M.VERSION, started_at = core.time()}), "\n")
+  M.current = rec
+  jsonl.observe(function(direction, info, what) rec:observe(direction, info, what) end)
+  -- No exit hook: sessions closed by exit hooks must be recorded too, and
+  -- line buffering already puts every entry in the file.
+  return rec
+end
+
+return M

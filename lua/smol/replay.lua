@@ -1,0 +1,175 @@
+-- Replay of a recording made by smol.record: a provider that answers every
+-- request with the events and the result (or error) recorded for the same
+-- request, without running anything.
+--
+--   sandbox.open{program = replay.program("run.jsonl")}   -- one provider
+--   replay.install("run.jsonl")      -- every provider of this process (--replay)
+--
+-- Matching: a request matches a recorded one with the same method and the
+-- same params, ignoring the request id and `open`'s `metadata` (generated
+-- anew by every run) and any field listed in opts.ignore ("params.cwd"...).
+-- Recorded requests are used once each, in recorded order among equals, so
+-- concurrent requests may arrive in any order. A request with no match
+-- fails (`internal` error) with the closest recorded request and the actual
+-- one side by side.
+local cjson = require "cjson"
+local lfs = require "lfs"
+local canonical = require "smol.replay.canonical"
+
+local M = {}
+
+local json = cjson.new()
+json.decode_max_depth(128)
+
+local function read_entries(path)
+  local file, err = io.open(path, "r")
+  if not file then error(("cannot read recording `%s`: %s"):format(path, err), 0) end
+  local entries, n = {}, 0
+  for line in file:lines() do
+    n = n + 1
+    local ok, entry = pcall(json.decode, line)
+    if not ok or type(entry) ~= "table" then
+      file:close()
+      error(("recording `%s` line %d is not a JSON object"):format(path, n), 0)
+    end
+    entries[#entries + 1] = entry
+  end
+  file:close()
+  if not entries[1] or entries[1].format ~= "smolwf-recording" then
+    error(("`%s` is not a smolwf recording (no header line)"):format(path), 0)
+  end
+  return entries
+end
+
+local function new_exchange(entry, msg)
+  return {conn = entry.conn, program = entry.program, seq = entry.seq, id = msg.id,
+    method = msg.method, params = msg.params, replies = {}, complete = false}
+end
+
+-- Pairs each sent request with the lines received for its id on its
+-- connection, up to the terminal one.
+local function build_exchanges(entries)
+  local exchanges, open = {}, {}
+  for i = 2, #entries do
+    local e = entries[i]
+    local ok, msg = pcall(json.decode, e.line or "")
+    if ok and type(msg) == "table" and msg.id ~= nil then
+      local key = tostring(e.conn) .. "\0" .. tostring(msg.id)
+      if e.dir == "send" and type(msg.method) == "string" then
+        open[key] = new_exchange(e, msg)
+        exchanges[#exchanges + 1] = open[key]
+      elseif e.dir == "recv" and open[key] then
+        local ex = open[key]
+        ex.replies[#ex.replies + 1] = msg
+        if msg.result ~= nil or msg.error ~= nil then ex.complete, open[key] = true, nil end
+      end
+    end
+  end
+  return exchanges
+end
+
+--- Loads a recording: {path, exchanges = {{method, params, replies, ...}}}.
+function M.load(path, opts)
+  opts = opts or {}
+  local rec = {path = path, ignore = {}, program = opts.program,
+    exchanges = build_exchanges(read_entries(path))}
+  for _, field in ipairs(opts.ignore or {}) do rec.ignore[field] = true end
+  for _, ex in ipairs(rec.exchanges) do ex.key = canonical.request_key(ex.method, ex.params, rec.ignore) end
+  return rec
+end
+
+--- The first unused recorded exchange matching (method, params), or nil.
+-- Exchanges recorded with rec.program (when set) come first.
+function M.find(rec, method, params)
+  local key = canonical.request_key(method, params, rec.ignore)
+  local fallback
+  for _, ex in ipairs(rec.exchanges) do
+    if not ex.used and ex.complete and ex.key == key then
+      if rec.program == nil or ex.program == rec.program then return ex end
+      fallback = fallback or ex
+    end
+  end
+  return fallback
+end
+
+--- The message for a request that matches nothing.
+function M.mismatch_message(rec, method, params)
+  local closest = canonical.closest(rec.exchanges, method, params, rec.ignore)
+  local header = ("replay: no request in the recording `%s` matches this `%s` request"):format(rec.path, method)
+  if not closest then
+    return header .. " (every recorded request was already used)\n"
+      .. canonical.side_by_side(nil, {method = method, params = params}, rec.ignore)
+  end
+  return ("%s\n  closest unused recorded request: #%s (connection %s, `%s`)\n%s"):format(header,
+    canonical.scalar(closest.seq), canonical.scalar(closest.conn), closest.method,
+    canonical.side_by_side({method = closest.method, params = closest.params},
+      {method = method, params = params}, rec.ignore))
+end
+
+-- Sends the recorded replies of `ex` for the current request.
+local function answer(ex, req)
+  local server = require "smol.provider_server"
+  for _, msg in ipairs(ex.replies) do
+    if msg.event ~= nil then
+      req:event(msg.event)
+    elseif msg.error ~= nil then
+      local e = type(msg.error) == "table" and msg.error or {}
+      server.fail(tostring(e.code or "internal"), tostring(e.message or ""))
+    else
+      return msg.result
+    end
+  end
+end
+
+--- The methods of the replay provider (for smol.provider_server).
+function M.methods(path, opts)
+  local rec = M.load(path, opts)
+  local server = require "smol.provider_server"
+  local function handle(_, req)
+    local params = req.raw
+    local ex = M.find(rec, req.method, params)
+    if ex then
+      ex.used = true
+      return answer(ex, req)
+    end
+    if req.method == "close" and req.id == false then return {} end   -- closing at shutdown
+    server.fail("internal", M.mismatch_message(rec, req.method, params))
+  end
+  return {["*"] = handle, close = handle}
+end
+
+local function absolute(path)
+  if path:sub(1, 1) == "/" then return path end
+  return lfs.currentdir() .. "/" .. path
+end
+
+--- A provider program (for sandbox.open{program = ...}) that replays `path`.
+function M.program(path, opts)
+  local file = package.searchpath("smol.replay.provider", package.path)
+  if not file then error("replay: cannot find the module smol.replay.provider", 2) end
+  opts = opts or {}
+  local args = {absolute(path)}
+  for _, field in ipairs(opts.ignore or {}) do args[#args + 1] = "--ignore=" .. field end
+  if opts.program then args[#args + 1] = "--program=" .. opts.program end
+  return require("smol.provider_server").program(file, table.unpack(args))
+end
+
+--- Makes every provider this process starts (sandbox.open with any
+-- program) the replay of `path`: for `smolwf run/test --replay FILE`.
+-- Checks the recording first. Providers already running are shut down
+-- (sessions on them end), so that no later session reaches a real one.
+-- Returns a handle with :uninstall().
+function M.install(path, opts)
+  opts = opts or {}
+  M.load(path, opts)   -- a clear error now rather than in the provider
+  if package.loaded["smol.sandbox"] then package.loaded["smol.sandbox"].shutdown() end
+  local jsonl = require "smol.jsonl"
+  local original, programs = jsonl.start, {}
+  jsonl.start = function(program, start_opts)
+    programs[program] = programs[program] or M.program(path, {ignore = opts.ignore, program = program})
+    return original(programs[program], start_opts)
+  end
+  return {uninstall = function() jsonl.start = original end}
+end
+
+return M

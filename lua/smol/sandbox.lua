@@ -1,0 +1,488 @@
+--[[
+smol.sandbox: sandbox sessions served by provider programs (issue 2's API).
+
+  local sb = sandbox.open{program =, profile =, workspace =, cwd =, group =,
+                          max_line_bytes =, max_depth =}
+  sb:exec{argv..., cwd =, env =, stdin =, timeout =, idle_timeout =,
+          capture =, max_output_bytes =, on_stdout =, on_stderr =, on_event =}
+  sb:spawn{...} -> process (p:wait(), p:kill(), p:write(), p:close_stdin())
+  sb:write_file / read_file / create_dir_all / remove / create_temp_dir
+  sb:stat / list_dir            (sessions announcing "fs_extra")
+  sb:close()                    (also __close and __gc)
+  sandbox.host{cwd = "."}       the same methods on this machine (smol.localhost)
+
+One provider process per program serves every session opened with it (the
+pool below); one that exited or broke the protocol is replaced at the next
+open. Extension fields are sent only where the session announces them.
+Provider and protocol failures raise smol.errors values; a process's exit
+status is data in the result.
+]]
+
+local cjson = require "cjson"
+local core = require "smol.core"
+local task = require "smol.task"
+local errors = require "smol.errors"
+local jsonl = require "smol.jsonl"
+
+local sandbox = {
+  max_line_bytes = jsonl.DEFAULT_MAX_LINE,  -- default line cap for new providers
+  max_depth = jsonl.DEFAULT_MAX_DEPTH,      -- default JSON nesting cap
+  exit_grace = 2,                           -- seconds each exit-time close/shutdown may take
+}
+
+local null = cjson.null
+local codec = cjson.new()
+local pool = {}                               -- key -> jsonl connection
+local open_sessions = setmetatable({}, {__mode = "k"})
+local exit_hook_registered = false
+
+local Session = {}
+Session.__index = Session
+Session.__name = "smol.sandbox.session"
+
+local Process = {}
+Process.__index = Process
+
+--[[ Small helpers ]]
+
+local function unique_id(prefix)
+  return ("%s_%08x%08x"):format(prefix, math.random(0, 0x7fffffff), math.random(0, 0x7fffffff))
+end
+
+local function protocol_error(message)
+  errors.raise{code = "protocol", message = message}
+end
+
+-- Strict base64 decode of a provider field; nil/absent is "".
+local function decode_b64(s, what)
+  if s == nil or s == null then return "" end
+  if type(s) ~= "string" then protocol_error(what .. ": not a string") end
+  local bytes, err = core.b64decode(s)
+  if not bytes then protocol_error(what .. ": " .. tostring(err)) end
+  return bytes
+end
+
+local function int(v)
+  return type(v) == "number" and (math.tointeger(v) or v) or nil
+end
+
+local function str(v)
+  return type(v) == "string" and v or nil
+end
+
+--[[ Providers: the pool and its exit hook ]]
+
+local function default_program()
+  local program = os.getenv("SMOLWF_PROVIDER")
+  if program and program ~= "" then return program end
+  program = core.bundled_provider()
+  if program then return program end
+  errors.raise{code = "not_found", op = "open", path = "smolwf-provider",
+    message = "no provider program: the bundled smolwf-provider is not next to smolwf; "
+      .. "name one with sandbox.open{program = ...} or $SMOLWF_PROVIDER"}
+end
+
+-- Closes every open session, then shuts every pooled provider down, each
+-- step bounded by sandbox.exit_grace; the host kills what is left after.
+local function close_everything()
+  local sessions = {}
+  for sb in pairs(open_sessions) do sessions[#sessions + 1] = sb end
+  for _, sb in ipairs(sessions) do
+    pcall(sb.close, sb, {timeout = sandbox.exit_grace})
+  end
+  sandbox.shutdown()
+end
+
+local function register_exit_hook()
+  if exit_hook_registered or not task.at_exit then return end
+  exit_hook_registered = true
+  task.at_exit(close_everything)
+end
+
+local function connection_for(program, opts)
+  local max_line = opts.max_line_bytes or sandbox.max_line_bytes
+  local max_depth = opts.max_depth or sandbox.max_depth
+  local key = ("%s\0%d\0%d"):format(program, max_line, max_depth)
+  local conn = pool[key]
+  if conn and conn:alive() then return conn end
+  conn = jsonl.start(program, {max_line_bytes = max_line, max_depth = max_depth,
+                               on_stderr = sandbox.provider_stderr})
+  pool[key] = conn
+  register_exit_hook()
+  return conn
+end
+
+-- Shuts down the pooled providers (all, or those running program): each
+-- gets `shutdown` and sandbox.exit_grace seconds to exit, then KILL.
+-- Sessions still open on them are gone afterwards.
+function sandbox.shutdown(program)
+  for key, conn in pairs(pool) do
+    if program == nil or conn.program == program then
+      pool[key] = nil
+      conn:shutdown(sandbox.exit_grace)
+    end
+  end
+end
+
+-- The pooled connection of program, or nil (for tests and tools).
+function sandbox.connection(program)
+  for _, conn in pairs(pool) do
+    if conn.program == program and conn:alive() then return conn end
+  end
+end
+
+--[[ Opening ]]
+
+local function check_profile(profile)
+  if profile == nil then return {provider = "auto", name = "default"} end
+  if type(profile) == "table" then
+    if type(profile.provider) ~= "string" or type(profile.name) ~= "string" then
+      error("sandbox.open: profile table needs string fields provider and name", 3)
+    end
+    return {provider = profile.provider, name = profile.name}
+  end
+  local provider, name = tostring(profile):match("^([^/]+)/(.+)$")
+  if not provider then
+    error(("sandbox.open: profile must be \"PROVIDER/NAME\", got %q"):format(tostring(profile)), 3)
+  end
+  return {provider = provider, name = name}
+end
+
+local function check_open_opts(opts)
+  if type(opts) ~= "table" then error("sandbox.open: expected a table of options", 3) end
+  for _, k in ipairs{"program", "workspace", "cwd", "group"} do
+    if opts[k] ~= nil and type(opts[k]) ~= "string" then
+      error(("sandbox.open: option %s must be a string"):format(k), 3)
+    end
+  end
+end
+
+local function new_session(conn, session, program)
+  if type(session) ~= "table" or type(session.id) ~= "string" then
+    errors.raise{code = "protocol", op = "open", path = program,
+      message = "open result is not a session object with a string id"}
+  end
+  local caps = type(session.capabilities) == "table" and session.capabilities or {}
+  local sb = setmetatable({
+    id = session.id, cwd = str(session.cwd), capabilities = caps, program = program,
+    session = session, _conn = conn, _session_json = codec.encode(session),
+  }, Session)
+  open_sessions[sb] = true
+  return sb
+end
+
+function sandbox.open(opts)
+  opts = opts or {}
+  check_open_opts(opts)
+  local profile = check_profile(opts.profile)
+  local program = opts.program or default_program()
+  local conn = connection_for(program, opts)
+  local params = {
+    metadata = {request_id = unique_id("req"), sandbox_group_id = opts.group or unique_id("sbxgrp")},
+    profile = profile,
+    workspace_sync = {host_path = opts.workspace or "."},
+    cwd = opts.cwd or null,
+  }
+  local ok, session = pcall(conn.request, conn, "open", params)
+  if not ok then error(errors.with_context(session, "open", program), 0) end
+  return new_session(conn, session, program)
+end
+
+function sandbox.host(opts)
+  return require("smol.localhost").new(opts)
+end
+
+--[[ Session plumbing ]]
+
+local function check_open(self, op)
+  if getmetatable(self) ~= Session then
+    error(("sandbox: %s: expected a session (did you use '.' instead of ':'?)"):format(op), 3)
+  end
+  if self._closed then error(("sandbox: %s: attempt to use a closed session"):format(op), 3) end
+end
+
+-- Params as JSON text: {"session": <the session, encoded once>, fields...}.
+-- raw holds base64 strings, spliced in as is (they need no escaping and
+-- can be large: no second copy through the encoder).
+function Session:params_json(fields, raw)
+  local parts = {'{"session":', self._session_json}
+  for k, v in pairs(raw or {}) do
+    parts[#parts + 1] = (',"%s":"%s"'):format(k, v)
+  end
+  local rest = codec.encode(fields or {})
+  if rest ~= "{}" then
+    parts[#parts + 1] = "," .. rest:sub(2)
+  else
+    parts[#parts + 1] = "}"
+  end
+  return table.concat(parts)
+end
+
+-- One request on behalf of op; errors get the op and path as context.
+function Session:call(method, fields, opts)
+  opts = opts or {}
+  local params = self:params_json(fields, opts.raw)
+  local ok, result = pcall(self._conn.request, self._conn, method, params, opts.on_event)
+  if not ok then error(errors.with_context(result, opts.op or method, opts.path), 0) end
+  if type(result) ~= "table" then
+    errors.raise{code = "protocol", op = opts.op or method, path = opts.path,
+      message = ("the result of `%s` is not a JSON object"):format(method)}
+  end
+  return result
+end
+
+function Session:require_capability(cap, op, path)
+  if self.capabilities[cap] then return end
+  errors.raise{code = "unsupported", op = op, path = path,
+    message = ("session %s of provider `%s` does not announce the %q capability")
+      :format(self.id, self.program, cap)}
+end
+
+--[[ File operations ]]
+
+local function check_path(path, op)
+  if type(path) ~= "string" then
+    error(("sandbox: %s: path must be a string, got %s"):format(op, type(path)), 3)
+  end
+end
+
+function Session:write_file(path, data, opts)
+  check_open(self, "write_file") check_path(path, "write_file")
+  if type(data) ~= "string" then error("sandbox: write_file: data must be a string", 2) end
+  local fields = {path = path}
+  if opts and (opts.append ~= nil or opts.mode ~= nil) then
+    self:require_capability("fs_extra", "write_file", path)
+    fields.append, fields.mode = opts.append, opts.mode
+  end
+  self:call("write_file", fields, {path = path, raw = {content_base64 = core.b64encode(data)}})
+end
+
+-- Returns the bytes; with opts.offset/length (fs_extra) also whether they reach the end.
+function Session:read_file(path, opts)
+  check_open(self, "read_file") check_path(path, "read_file")
+  local fields = {path = path}
+  if opts and (opts.offset or opts.length) then
+    self:require_capability("fs_extra", "read_file", path)
+    fields.offset, fields.length = opts.offset, opts.length
+  end
+  local r = self:call("read_file", fields, {path = path})
+  local ok, bytes = pcall(decode_b64, r.content_base64, "read_file returned invalid base64 content")
+  if not ok then error(errors.with_context(bytes, "read_file", path), 0) end
+  return bytes, r.eof == true
+end
+
+function Session:create_dir_all(path)
+  check_open(self, "create_dir_all") check_path(path, "create_dir_all")
+  self:call("create_dir_all", {path = path}, {path = path})
+end
+
+function Session:remove(path)
+  check_open(self, "remove") check_path(path, "remove")
+  self:call("remove", {path = path}, {path = path})
+end
+
+function Session:create_temp_dir(prefix)
+  check_open(self, "create_temp_dir")
+  local r = self:call("create_temp_dir", {prefix = prefix or "tmp-"})
+  if type(r.path) ~= "string" then
+    errors.raise{code = "protocol", op = "create_temp_dir", message = "create_temp_dir result has no string path"}
+  end
+  return r.path
+end
+
+function Session:stat(path)
+  check_open(self, "stat") check_path(path, "stat")
+  self:require_capability("fs_extra", "stat", path)
+  local r = self:call("stat", {path = path}, {path = path})
+  return {type = str(r.type), size = int(r.size), mode = int(r.mode), mtime = r.mtime}
+end
+
+function Session:list_dir(path)
+  check_open(self, "list_dir") check_path(path, "list_dir")
+  self:require_capability("fs_extra", "list_dir", path)
+  local r = self:call("list_dir", {path = path}, {path = path})
+  local entries = {}
+  for i, e in ipairs(type(r.entries) == "table" and r.entries or {}) do
+    entries[i] = {name = str(e.name), type = str(e.type), size = int(e.size)}
+  end
+  return entries
+end
+
+--[[ Processes: events and results ]]
+
+local KNOWN_EVENTS = {started = true, stdout = true, stderr = true, exited = true, dropped = true}
+
+-- Returns the event handler for a process request: validates each event,
+-- decodes its data, and hands it to the caller's callbacks in order.
+local function event_handler(callbacks, state)
+  return function(ev)
+    if type(ev) ~= "table" then protocol_error("sandbox exec event is not a JSON object") end
+    local kind = ev.type
+    if not KNOWN_EVENTS[kind] then
+      protocol_error(("unknown sandbox exec event type `%s`"):format(tostring(kind)))
+    end
+    if kind == "stdout" or kind == "stderr" then
+      ev.data = decode_b64(ev.data_base64, "sandbox exec event contained invalid base64 data")
+    elseif kind == "started" then
+      state.process_id = str(ev.process_id)
+    end
+    if callbacks.on_event then callbacks.on_event(ev) end
+    local on_data = kind == "stdout" and callbacks.on_stdout or kind == "stderr" and callbacks.on_stderr
+    if on_data then on_data(ev.data) end
+  end
+end
+
+local function build_result(r, capture)
+  local out = {
+    exit_code = int(r.exit_code) or -1, signal = str(r.signal), timed_out = str(r.timed_out),
+    stdout_truncated = r.stdout_truncated == true or nil,
+    stderr_truncated = r.stderr_truncated == true or nil,
+    running = r.running == true or nil,
+  }
+  if capture ~= false then
+    out.stdout = decode_b64(r.stdout_base64, "sandbox exec returned invalid base64 stdout")
+    out.stderr = decode_b64(r.stderr_base64, "sandbox exec returned invalid base64 stderr")
+  end
+  out.ok = out.exit_code == 0 and not out.timed_out and not out.running
+  return out
+end
+
+local function check_argv(spec, op)
+  if type(spec) ~= "table" then error(("sandbox: %s: expected a table {argv..., options}"):format(op), 3) end
+  local argv = {}
+  for i, a in ipairs(spec) do
+    if type(a) ~= "string" then error(("sandbox: %s: argv[%d] must be a string"):format(op, i), 3) end
+    argv[i] = a
+  end
+  if #argv == 0 then error(("sandbox: %s: argv is empty"):format(op), 3) end
+  return argv
+end
+
+-- The fields of an exec/spawn request, extensions only where announced.
+function Session:process_fields(spec, argv, op)
+  local caps = self.capabilities
+  local fields = {argv = argv, cwd = spec.cwd or null, env = spec.env or null}
+  local raw = {}
+  if spec.stdin ~= nil then raw.stdin_base64 = core.b64encode(spec.stdin) else fields.stdin_base64 = null end
+  if caps.timeout then
+    fields.timeout_ms = spec.timeout and math.floor(spec.timeout * 1000 + 0.5) or nil
+    fields.idle_timeout_ms = spec.idle_timeout and math.floor(spec.idle_timeout * 1000 + 0.5) or nil
+  end
+  if caps.output_limit and op == "exec" then
+    fields.max_output_bytes = spec.capture == false and 0 or spec.max_output_bytes
+  end
+  return fields, raw
+end
+
+-- After a failed process request: a cancelled waiter kills what it started.
+function Session:kill_on_cancel(err, state)
+  local cancelled = type(err) == "table" and err.code == "cancelled"
+  if cancelled and state.process_id and self.capabilities.process and self._conn:alive() then
+    pcall(self._conn.notify, self._conn, "kill",
+      self:params_json({process_id = state.process_id, signal = "KILL"}))
+  end
+end
+
+function Session:process_request(method, spec, fields, raw, argv)
+  local state = {}
+  local ok, r = pcall(self.call, self, method, fields,
+    {raw = raw, op = method, path = argv[1], on_event = event_handler(spec, state)})
+  if not ok then
+    self:kill_on_cancel(r, state)
+    error(r, 0)
+  end
+  return r, state
+end
+
+function Session:exec(spec)
+  check_open(self, "exec")
+  local argv = check_argv(spec, "exec")
+  local fields, raw = self:process_fields(spec, argv, "exec")
+  local r, state = self:process_request("exec", spec, fields, raw, argv)
+  local ok, result = pcall(build_result, r, spec.capture)
+  if not ok then error(errors.with_context(result, "exec", argv[1]), 0) end
+  result.process_id = state.process_id
+  return result
+end
+
+function Session:spawn(spec)
+  check_open(self, "spawn")
+  local argv = check_argv(spec, "spawn")
+  local fields, raw = self:process_fields(spec, argv, "spawn")
+  local r = self:process_request("spawn", spec, fields, raw, argv)
+  if type(r.process_id) ~= "string" then
+    errors.raise{code = "protocol", op = "spawn", path = argv[1], message = "spawn result has no string process_id"}
+  end
+  return setmetatable({process_id = r.process_id, argv = argv, session = self,
+    _callbacks = {on_stdout = spec.on_stdout, on_stderr = spec.on_stderr, on_event = spec.on_event}}, Process)
+end
+
+--[[ Spawned processes (sessions announcing "process") ]]
+
+function Process:request(method, fields, opts)
+  local sb = self.session
+  check_open(sb, method)
+  sb:require_capability("process", method, self.process_id)
+  fields.process_id = self.process_id
+  opts = opts or {}
+  opts.op, opts.path = method, self.process_id
+  return sb:call(method, fields, opts)
+end
+
+-- Waits for the process (opts.timeout: seconds, then {running = true});
+-- streams output not yet delivered to the spawn's callbacks (or opts').
+function Process:wait(opts)
+  opts = opts or {}
+  local callbacks = {on_stdout = opts.on_stdout or self._callbacks.on_stdout,
+    on_stderr = opts.on_stderr or self._callbacks.on_stderr,
+    on_event = opts.on_event or self._callbacks.on_event}
+  local fields = {timeout_ms = opts.timeout and math.floor(opts.timeout * 1000 + 0.5) or nil}
+  local r = self:request("wait", fields, {on_event = event_handler(callbacks, {})})
+  local ok, result = pcall(build_result, r, opts.capture)
+  if not ok then error(errors.with_context(result, "wait", self.process_id), 0) end
+  return result
+end
+
+function Process:kill(signal)
+  self:request("kill", {signal = signal or "TERM"})
+end
+
+function Process:write(data)
+  if type(data) ~= "string" then error("sandbox: process:write: data must be a string", 2) end
+  self:request("write_stdin", {}, {raw = {data_base64 = core.b64encode(data)}})
+end
+
+function Process:close_stdin()
+  self:request("write_stdin", {eof = true})
+end
+
+--[[ Closing ]]
+
+-- Closes the session (idempotent). A session whose provider is gone is
+-- simply marked closed. opts.timeout bounds the wait for the reply.
+function Session:close(opts)
+  if getmetatable(self) ~= Session then error("sandbox: close: expected a session", 2) end
+  if self._closed then return end
+  self._closed = true
+  open_sessions[self] = nil
+  local conn = self._conn
+  if not conn:alive() then return end
+  local ok, err = pcall(conn.request, conn, "close", self._session_json, nil, {timeout = opts and opts.timeout})
+  if not ok then error(errors.with_context(err, "close"), 0) end
+end
+
+Session.__close = function(self) self:close() end
+
+-- Backstop only: a forgotten session is closed without waiting for the reply.
+Session.__gc = function(self)
+  if self._closed or not self._conn:alive() then return end
+  self._closed = true
+  pcall(self._conn.notify, self._conn, "close", self._session_json)
+end
+
+function Session:__tostring()
+  return ("sandbox session %s (%s)%s"):format(self.id, self.program, self._closed and " closed" or "")
+end
+
+sandbox.Session, sandbox.Process = Session, Process
+return sandbox

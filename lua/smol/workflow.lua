@@ -1,0 +1,142 @@
+-- smol.workflow: workflows as Lua tables of steps that run in sandboxes.
+--
+--   local wf = require "smol.workflow"
+--   return wf.define{name = "ci", steps = {{name = "build", run = function(ctx) ... end}}}
+--
+-- wf.run(def, opts) runs one (see run() below); `smolwf run FILE` is the CLI.
+local validate = require "smol.workflow.validate"
+local plan = require "smol.workflow.plan"
+
+local wf = {}
+
+local DEFAULT_JOBS = 4
+local REPORT_WRITERS = { "smol.workflow.report_json", "smol.workflow.report_junit",
+  "smol.workflow.report_html" }
+
+-- Definitions that went through define(), so run() need not check again.
+local defined = setmetatable({}, { __mode = "k" })
+
+-- Validates a workflow definition and returns it; raises the
+-- invalid_workflow error (code, message, problems) naming every problem.
+function wf.define(def)
+  validate.check(def)
+  defined[def] = true
+  return def
+end
+
+function wf.is_workflow(v)
+  return type(v) == "table" and (defined[v] or false)
+end
+
+wf.is_invalid = validate.is_invalid
+
+-- The steps and their dependencies as a tree (what `smolwf run --list` prints).
+function wf.tree(def)
+  return plan.tree(validate.check(def))
+end
+
+-- The instances a run would have, in the order they can run (matrix expanded,
+-- --step selection applied). Raises invalid_workflow for an unknown step.
+function wf.instances(def, steps)
+  local instances = plan.instances(validate.check(def))
+  if steps and #steps > 0 then
+    local selected, err = plan.select(instances, steps)
+    if not selected then error(validate.new_error(def.name, { err }), 0) end
+    instances = selected
+  end
+  return instances
+end
+
+-- A module the reports engineer may not have written yet is skipped; one
+-- that exists but fails to load is an error worth seeing.
+local function optional(name)
+  if not package.searchpath(name, package.path) then return nil end
+  return require(name)
+end
+wf.optional_module = optional
+
+local function default_report_dir()
+  local base = ".smolwf/runs/" .. os.date("%Y%m%d-%H%M%S")
+  local dir, n = base, 1
+  local lfs = require "lfs"
+  while lfs.attributes(dir) do n = n + 1; dir = base .. "-" .. n end
+  return dir
+end
+
+local function merged_params(def, params)
+  local out = {}
+  for k, v in pairs(def.params or {}) do out[k] = v end
+  for k, v in pairs(params or {}) do out[k] = v end
+  return out
+end
+
+local function new_run(def, opts)
+  local files = require "smol.workflow.files"
+  local core = require "smol.core"
+  local instances, defs = wf.instances(def, opts.steps), {}
+  for _, inst in ipairs(instances) do
+    defs[inst.id] = inst.def
+    inst.def = nil  -- the run table is data for writers: no functions in it
+    local base = "logs/" .. files.safe_name(inst.id)
+    inst.logs = { stdout = base .. ".stdout.log", stderr = base .. ".stderr.log" }
+  end
+  local report_dir = opts.report_dir or default_report_dir()
+  files.mkdir_p(report_dir)
+  return {
+    name = def.name or "workflow", started_at = core.time(), result = nil,
+    report_dir = report_dir, params = merged_params(def, opts.params),
+    jobs = opts.jobs or def.jobs or DEFAULT_JOBS, instances = instances,
+  }, defs
+end
+
+local function report_observers(opts, run)
+  local observers = {}
+  local logs = opts.reports ~= false and optional("smol.workflow.logs")
+  if logs then observers[#observers + 1] = logs.new { report_dir = run.report_dir } end
+  for _, obs in ipairs(opts.observers or {}) do observers[#observers + 1] = obs end
+  return observers
+end
+
+-- Writes report.json, junit.xml, report.html (those whose writer exists).
+function wf.write_reports(run)
+  for _, name in ipairs(REPORT_WRITERS) do
+    local writer = optional(name)
+    local ok, err = pcall(function() if writer then writer.write(run) end end)
+    -- One broken writer must not cost the user the other reports.
+    if not ok then io.stderr:write(("smolwf: %s failed: %s\n"):format(name, tostring(err))) end
+  end
+end
+
+--[[
+Runs a workflow; returns the run table (see the contract's data model).
+opts (all optional):
+  jobs        concurrency cap (overrides def.jobs)
+  steps       list of step names or instance ids: run those and what they need
+  params      table merged over def.params, as ctx.params
+  keep_going  a failure does not cancel independent steps
+  report_dir  default .smolwf/runs/<timestamp>
+  observers   list of observer tables (progress, events...)
+  reports     false: no log files and no report files
+  open        function(sandbox_spec) -> session (default smol.sandbox.open)
+]]
+function wf.run(def, opts)
+  opts = opts or {}
+  if not defined[def] then wf.define(def) end
+  local runner = require "smol.workflow.runner"
+  local sessions = require "smol.workflow.sessions"
+  local run, defs = new_run(def, opts)
+  local S = runner.new_state(run, { observers = report_observers(opts, run),
+    keep_going = opts.keep_going })
+  S.defs, S.sandbox = defs, def.sandbox or {}
+  S.sessions = sessions.new(opts.open or require("smol.sandbox").open)
+  runner.drive(S)
+  if opts.reports ~= false then wf.write_reports(run) end
+  return run
+end
+
+-- The exit status `smolwf run` gives for a finished run.
+function wf.exit_code(run)
+  return ({ success = 0, failure = 1, cancelled = 130, invalid = 2 })[run.result] or 1
+end
+
+return wf

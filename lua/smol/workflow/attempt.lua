@@ -1,0 +1,207 @@
+-- One instance's life: its attempts (each in its own task, so that a
+-- timeout or a cancel stops the step's code and, through the sandbox client,
+-- kills its processes), retries with backoff, and its final status.
+local task = require "smol.task"
+local core = require "smol.core"
+local context = require "smol.workflow.context"
+local files = require "smol.workflow.files"
+local observe = require "smol.workflow.observe"
+
+local M = {}
+
+local function private(S, inst)
+  local p = S.private[inst]
+  if not p then p = {}; S.private[inst] = p end
+  return p
+end
+
+-- Asks a running instance to stop: its current attempt's task is cancelled
+-- and a pending backoff sleep ends. `kind` is "cancelled" or "timed_out".
+function M.cancel(S, inst, kind, reason)
+  local p = private(S, inst)
+  if kind == "cancelled" then p.cancel_reason = p.cancel_reason or reason end
+  if p.task and not p.task:done() then p.task:cancel(reason) end
+  if p.wake then p.wake:set() end
+end
+
+local function last_line_of(chunk, previous)
+  local text = chunk:gsub("[\r\n]+$", "")
+  local line = text:match("([^\r\n]*)$")
+  if line == nil or line == "" then return previous end
+  return line
+end
+
+local function save_artifact(S, inst, session, path, name)
+  local rel = "artifacts/" .. files.safe_name(inst.id) .. "/"
+    .. files.check_relative(name or files.basename(path))
+  local dest = S.run.report_dir .. "/" .. rel
+  files.mkdir_p(dest:match("^(.*)/[^/]*$"))
+  files.copy_out(session, path, dest)
+  for _, known in ipairs(inst.artifacts) do if known == rel then return dest end end
+  inst.artifacts[#inst.artifacts + 1] = rel
+  return dest
+end
+
+-- The context's only way to reach the runner (see context.lua).
+local function bridge(S, inst)
+  local def = S.defs[inst.id]
+  local key = def.sandbox and ("step:" .. inst.id) or "workflow"
+  local spec = def.sandbox or S.sandbox
+  local b = {}
+  function b.session() return S.sessions:get(key, spec) end
+  function b.output(_, stream, chunk)
+    inst.last_line = last_line_of(chunk, inst.last_line)
+    observe.notify(S, "step_output", inst, stream, chunk)
+  end
+  function b.log(_, message)
+    inst.last_line = message
+    observe.notify(S, "step_log", inst, message)
+  end
+  function b.artifact(_, path, name) return save_artifact(S, inst, b.session(), path, name) end
+  function b.exit_code(_, code) inst.exit_code = code end
+  return b
+end
+
+-- ctx.inputs: the needed steps' return values by step name; for a matrix
+-- step, a table of its instances' values keyed by instance id.
+local function inputs_of(S, inst)
+  local inputs = {}
+  for _, id in ipairs(inst.needs) do
+    local need = S.by_id[id]
+    if need.matrix then
+      inputs[need.step] = inputs[need.step] or {}
+      inputs[need.step][id] = S.outputs[id]
+    else
+      inputs[need.step] = S.outputs[id]
+    end
+  end
+  return inputs
+end
+
+local function new_context(S, inst, n)
+  return context.new(bridge(S, inst), {
+    inputs = inputs_of(S, inst), matrix = inst.matrix, params = S.run.params,
+    step = inst.step, id = inst.id, attempt = n, report_dir = S.run.report_dir,
+  })
+end
+
+-- What the retry predicate and the report see of a failed attempt.
+local function failure_info(status, err, inst, n)
+  local raw_exit = type(err) == "table" and math.type(err.exit_code) == "integer" and err.exit_code
+  return {
+    status = status, attempt = n, error = err,
+    message = status == "timed_out" and ("timed out after %gs"):format(inst.timeout) or tostring(err),
+    exit_code = raw_exit or inst.exit_code, timed_out = status == "timed_out",
+    stderr = type(err) == "table" and err.stderr or nil,
+  }
+end
+
+local function cancelled(p)
+  return { status = "cancelled", message = "cancelled: " .. p.cancel_reason }
+end
+
+local function classify(p, ok, value, inst, n)
+  if p.cancel_reason then
+    return cancelled(p)
+  elseif p.timed_out then
+    return failure_info("timed_out", value, inst, n)
+  elseif not ok then
+    return failure_info("failed", value, inst, n)
+  end
+  return { status = "success", value = value }
+end
+
+local HOOK_INSTRUCTIONS = 10000
+
+-- Calls run(ctx). With a deadline, a count hook also stops pure-Lua code
+-- that never yields (the timeout timer cannot fire while it hogs the loop).
+-- Once past the deadline the hook re-arms on every line, so a pcall in the
+-- step cannot swallow the timeout (STYLE.md pattern 11); it never raises in
+-- this function's own lines, so the hook is always removed before returning.
+local function guarded_run(run, ctx, deadline, p)
+  if not deadline then return run(ctx) end
+  local function hook()
+    if debug.getinfo(2, "f").func == guarded_run then return end
+    if p.timed_out or core.now() >= deadline then
+      p.timed_out = true
+      debug.sethook(hook, "l")
+      error({ code = "timeout", message = "step timed out" }, 0)
+    end
+  end
+  debug.sethook(hook, "", HOOK_INSTRUCTIONS)
+  local result = table.pack(pcall(run, ctx))
+  debug.sethook()
+  if not result[1] then error(result[2], 0) end
+  return table.unpack(result, 2, result.n)
+end
+
+-- Runs the step's function once, in its own task, under the step's timeout.
+local function run_attempt(S, inst, n)
+  local p = private(S, inst)
+  local record = { started_at = core.time(), status = "running" }
+  inst.attempts[n] = record
+  observe.notify(S, "step_started", inst, n)
+  local ctx, run = new_context(S, inst, n), S.defs[inst.id].run
+  p.timed_out = false
+  local deadline = inst.timeout and core.now() + inst.timeout
+  local t = task.spawn(guarded_run, run, ctx, deadline, p)
+  p.task = t
+  local timer = inst.timeout and core.timer(inst.timeout, function()
+    p.timed_out = true
+    M.cancel(S, inst, "timed_out", ("timed out after %gs"):format(inst.timeout))
+  end)
+  local ok, value = pcall(t.join, t)
+  if timer then timer:stop() end
+  p.task = nil
+  context.finish(ctx)
+  local outcome = classify(p, ok, value, inst, n)
+  record.ended_at, record.status = core.time(), outcome.status
+  record.error, record.exit_code = outcome.message, outcome.exit_code or inst.exit_code
+  return outcome
+end
+
+local function retry_wanted(retry, outcome)
+  if not retry.when then return true end
+  local ok, wanted = pcall(retry.when, outcome)
+  if not ok then return false, "retry.when raised: " .. tostring(wanted) end
+  return wanted and true or false
+end
+
+-- Sleeps `delay` seconds unless the instance is cancelled meanwhile.
+local function backoff_sleep(p, delay)
+  if delay <= 0 then return end
+  local wake = task.event()
+  p.wake = wake
+  local timer = core.timer(delay, function() wake:set() end)
+  wake:wait()
+  timer:stop()
+  p.wake = nil
+end
+
+local function should_stop(p, retry, outcome, n)
+  if outcome.status ~= "failed" and outcome.status ~= "timed_out" then return true end
+  if n >= (retry.attempts or 1) or p.cancel_reason then return true end
+  local wanted, why = retry_wanted(retry, outcome)
+  if why then outcome.message = outcome.message .. "\n" .. why end
+  return not wanted
+end
+
+function M.run_instance(S, inst)
+  local p, retry = private(S, inst), S.defs[inst.id].retry or {}
+  local outcome, n = p.cancel_reason and cancelled(p), 0
+  while not outcome do
+    n = n + 1
+    outcome = run_attempt(S, inst, n)
+    if not should_stop(p, retry, outcome, n) then
+      local delay = (retry.backoff or 0) * 2 ^ (n - 1)
+      observe.notify(S, "step_retry", inst, n + 1, delay, outcome.message)
+      backoff_sleep(p, delay)
+      outcome = p.cancel_reason and cancelled(p) or nil
+    end
+  end
+  S.outputs[inst.id] = outcome.value
+  if outcome.status ~= "success" then inst.exit_code = outcome.exit_code or inst.exit_code end
+  observe.finish(S, inst, outcome.status, outcome.message)
+end
+
+return M

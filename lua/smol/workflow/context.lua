@@ -1,0 +1,143 @@
+-- The `ctx` a step's run function receives: the sandbox session's methods
+-- (opened lazily), ctx:sh, ctx.log, ctx:save_artifact, and the step's
+-- inputs, matrix values and params.
+--
+-- The context talks to the runner only through a `bridge` table:
+--   bridge:session()              the step's session (opens it on first use)
+--   bridge:output(stream, chunk)  raw output bytes, for logs and the live view
+--   bridge:log(message)           ctx.log
+--   bridge:artifact(path, name)   copies out of the session, returns the report path
+--   bridge:exit_code(code)        the last command's exit code
+local M = {}
+
+local STDERR_TAIL_LINES = 10
+
+-- File operations passed straight to the session (see smol.sandbox).
+local PASSTHROUGH = { "write_file", "read_file", "create_dir_all", "remove",
+  "create_temp_dir", "stat", "list_dir" }
+
+local CommandFailed = {
+  __tostring = function(e) return e.message end,
+}
+
+local function tail_lines(text, n)
+  local lines = {}
+  for line in (text or ""):gmatch("[^\n]+") do lines[#lines + 1] = line end
+  return table.concat(lines, "\n", math.max(1, #lines - n + 1), #lines)
+end
+
+local function describe_end(r)
+  if r.timed_out then return ("timed out (%s)"):format(tostring(r.timed_out)) end
+  if r.signal then return ("was killed by signal %s (exit code %d)"):format(r.signal, r.exit_code) end
+  return ("failed with exit code %d"):format(r.exit_code)
+end
+
+-- The error ctx:sh raises on a non-zero exit: names the command, the exit
+-- code and the last lines of stderr; keeps the result for retry predicates.
+function M.command_failed(cmd, r)
+  local msg = ("command `%s` %s"):format(cmd, describe_end(r))
+  local tail = tail_lines(r.stderr, STDERR_TAIL_LINES)
+  if tail ~= "" then msg = msg .. "\nlast lines of stderr:\n" .. tail end
+  return setmetatable({ code = "command_failed", message = msg, command = cmd,
+    exit_code = r.exit_code, signal = r.signal, timed_out = r.timed_out,
+    stderr = r.stderr, result = r }, CommandFailed)
+end
+
+local function with_output_hooks(opts, bridge)
+  local o = {}
+  for k, v in pairs(opts) do o[k] = v end
+  local user_out, user_err = opts.on_stdout, opts.on_stderr
+  o.on_stdout = function(chunk)
+    if chunk then bridge:output("stdout", chunk) end
+    if user_out then user_out(chunk) end
+  end
+  o.on_stderr = function(chunk)
+    if chunk then bridge:output("stderr", chunk) end
+    if user_err then user_err(chunk) end
+  end
+  return o
+end
+
+local Ctx = {}
+
+function Ctx:session()
+  return self._bridge:session()
+end
+
+function Ctx:exec(opts)
+  if type(opts) ~= "table" then error("bad argument #1 to 'exec' (table expected, got " .. type(opts) .. ")", 2) end
+  local r = self:session():exec(with_output_hooks(opts, self._bridge))
+  self._bridge:exit_code(r.exit_code)
+  return r
+end
+
+function Ctx:spawn(opts)
+  if type(opts) ~= "table" then error("bad argument #1 to 'spawn' (table expected, got " .. type(opts) .. ")", 2) end
+  local p = self:session():spawn(with_output_hooks(opts, self._bridge))
+  self._processes[#self._processes + 1] = p
+  return p
+end
+
+-- Runs `sh -c cmd`; a non-zero exit raises the command_failed error.
+-- `opts` takes exec's options (cwd, env, stdin, timeout...).
+function Ctx:sh(cmd, opts)
+  if type(cmd) ~= "string" then error("bad argument #1 to 'sh' (string expected, got " .. type(cmd) .. ")", 2) end
+  local exec_opts = { "sh", "-c", cmd }
+  for k, v in pairs(opts or {}) do exec_opts[k] = v end
+  local r = self:exec(exec_opts)
+  if r.exit_code ~= 0 or r.timed_out then error(M.command_failed(cmd, r), 0) end
+  return r
+end
+
+function Ctx:save_artifact(path, name)
+  if type(path) ~= "string" then error("bad argument #1 to 'save_artifact' (string expected, got " .. type(path) .. ")", 2) end
+  if name ~= nil and type(name) ~= "string" then error("bad argument #2 to 'save_artifact' (string expected, got " .. type(name) .. ")", 2) end
+  return self._bridge:artifact(path, name)
+end
+
+for _, method in ipairs(PASSTHROUGH) do
+  Ctx[method] = function(self, ...)
+    local session = self:session()
+    return session[method](session, ...)
+  end
+end
+
+-- Kills the processes the step spawned that may still run: a step's
+-- processes never outlive it (timeouts and cancellation included).
+function M.finish(ctx)
+  for _, p in ipairs(ctx._processes) do pcall(p.kill, p, "KILL") end
+  ctx._processes = {}
+end
+
+local function known_fields()
+  local names = { "inputs", "matrix", "params", "step", "id", "attempt", "log", "report_dir" }
+  for k in pairs(Ctx) do names[#names + 1] = k end
+  table.sort(names)
+  return table.concat(names, ", ")
+end
+
+local CTX_MT = {
+  __index = function(_, key)
+    local method = Ctx[key]
+    if method then return method end
+    error(("ctx has no field '%s' (known: %s)"):format(tostring(key), known_fields()), 2)
+  end,
+}
+
+-- fields: inputs, matrix, params, step, id, attempt, report_dir.
+function M.new(bridge, fields)
+  local ctx = { _bridge = bridge, _processes = {} }
+  for k, v in pairs(fields) do ctx[k] = v end
+  ctx.matrix = ctx.matrix or {}
+  -- ctx.log(...) and ctx:log(...) both work: drop ctx when passed as self.
+  ctx.log = function(first, ...)
+    local args = table.pack(first, ...)
+    local from = first == ctx and 2 or 1
+    local parts = {}
+    for i = from, args.n do parts[#parts + 1] = tostring(args[i]) end
+    bridge:log(table.concat(parts, " "))
+  end
+  return setmetatable(ctx, CTX_MT)
+end
+
+return M

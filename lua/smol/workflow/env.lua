@@ -1,0 +1,46 @@
+-- The explicit environment a workflow file is loaded in (STYLE.md pattern
+-- 12): an allow-listed set of globals; reading an unknown global raises
+-- (a typo is an error, not a silent nil). New globals may still be defined.
+local M = {}
+
+local ALLOWED = {
+  "assert", "error", "ipairs", "next", "pairs", "pcall", "print", "rawequal", "rawget",
+  "rawlen", "rawset", "select", "setmetatable", "getmetatable", "tonumber", "tostring",
+  "type", "xpcall", "_VERSION", "collectgarbage", "load", "loadfile", "dofile", "require",
+  "warn", "string", "table", "math", "utf8", "os", "io", "coroutine", "debug", "package",
+}
+
+local STRICT_MT = {
+  __index = function(_, name)
+    error(("undefined global '%s'"):format(tostring(name)), 2)
+  end,
+}
+
+-- `extra` adds globals (e.g. arg).
+function M.new(extra)
+  local env = {}
+  for _, name in ipairs(ALLOWED) do env[name] = _G[name] end
+  for k, v in pairs(extra or {}) do env[k] = v end
+  env._G = env
+  return setmetatable(env, STRICT_MT)
+end
+
+local function read_source(path)
+  local f, err = io.open(path, "rb")
+  if not f then return nil, ("cannot open %s"):format(err) end
+  local src = f:read("a")
+  f:close()
+  -- A "#!" first line is not Lua; comment it out, keeping line numbers.
+  if src:sub(1, 2) == "#!" then src = "--" .. src:sub(3) end
+  return src
+end
+
+-- Compiles the file at `path` in a fresh environment; returns the chunk or
+-- nil, message (cannot read, syntax error).
+function M.load_file(path, extra)
+  local src, err = read_source(path)
+  if not src then return nil, err end
+  return load(src, "@" .. path, "t", M.new(extra))
+end
+
+return M

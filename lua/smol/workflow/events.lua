@@ -1,0 +1,87 @@
+-- Workflow observer for `smolwf run --json`: one JSON object per line on
+-- stdout for every observer call, for machines. Every event has `type`
+-- (the observer method's name) and `time` (wall clock, epoch seconds);
+-- step events have `step` (the instance id, e.g. "test[shard=2]").
+-- Output chunks carry `text` when they are valid UTF-8, else `base64`
+-- (the raw bytes), so no byte of a step's output is lost or mangled.
+local core = require "smol.core"
+local jsontext = require "smol.workflow.jsontext"
+
+local M = {}
+
+local Observer = {}
+Observer.__index = Observer
+
+-- Writes one event as one line; flushed at once so a reader sees it live.
+function Observer:emit(event)
+  event.time = self.clock()
+  self.out:write(jsontext.encode(event), "\n")
+  self.out:flush()
+end
+
+local function step_list(run)
+  local steps = {}
+  for i, inst in ipairs(run.instances or {}) do
+    steps[i] = {id = inst.id, name = inst.step, matrix = inst.matrix,
+                needs = jsontext.array(inst.needs), timeout = inst.timeout}
+  end
+  return jsontext.array(steps)
+end
+
+function Observer:run_started(run)
+  self:emit{type = "run_started", run = run.name, started_at = run.started_at, jobs = run.jobs,
+            params = run.params, report_dir = run.report_dir, steps = step_list(run)}
+end
+
+function Observer:step_queued(_, inst)
+  self:emit{type = "step_queued", step = inst.id, name = inst.step, matrix = inst.matrix}
+end
+
+function Observer:step_started(_, inst, attempt_no)
+  self:emit{type = "step_started", step = inst.id, attempt = attempt_no}
+end
+
+function Observer:step_output(_, inst, stream, chunk)
+  local event = {type = "step_output", step = inst.id, stream = stream}
+  if utf8.len(chunk) then event.text = chunk else event.base64 = core.b64encode(chunk) end
+  self:emit(event)
+end
+
+function Observer:step_log(_, inst, message)
+  self:emit{type = "step_log", step = inst.id, message = tostring(message)}
+end
+
+function Observer:step_retry(_, inst, attempt_no, delay, err)
+  self:emit{type = "step_retry", step = inst.id, attempt = attempt_no, delay = delay,
+            error = err ~= nil and tostring(err) or nil}
+end
+
+function Observer:step_finished(_, inst)
+  self:emit{type = "step_finished", step = inst.id, status = inst.status,
+            duration = inst.duration, attempts = inst.attempts and #inst.attempts or 0,
+            exit_code = inst.exit_code, error = inst.error ~= nil and tostring(inst.error) or nil}
+end
+
+local function count_statuses(run)
+  local counts = {}
+  for _, inst in ipairs(run.instances or {}) do
+    counts[inst.status] = (counts[inst.status] or 0) + 1
+  end
+  return counts
+end
+
+function Observer:run_finished(run)
+  local duration = run.ended_at and run.started_at and run.ended_at - run.started_at
+  self:emit{type = "run_finished", run = run.name, result = run.result, duration = duration,
+            report_dir = run.report_dir, counts = count_statuses(run)}
+end
+
+--- A new event-stream observer.
+--- opts.out: where lines go (anything with write and flush; default io.stdout)
+--- opts.clock: function returning the event time (default core.time)
+function M.new(opts)
+  opts = opts or {}
+  return setmetatable({out = opts.out or io.stdout, clock = opts.clock or core.time}, Observer)
+end
+
+return M

@@ -1,0 +1,40 @@
+-- JSON encoding for the event stream and report.json, on our own cjson
+-- instance (so another module's cjson settings cannot change our output).
+--
+-- Debian's lua-cjson 2.1.0 encodes every empty table as an object "{}", and
+-- has no empty_array marker; consumers of report.json expect "[]" for an
+-- empty list (needs, attempts, artifacts). array(t) returns a marker table
+-- for an empty list; encode() turns the marker's encoding back into "[]".
+local cjson = require "cjson"
+
+local M = {}
+local json = cjson.new()
+json.encode_sparse_array(false)          -- a sparse array is a bug: raise
+json.encode_number_precision(14)         -- epoch seconds keep 0.1 ms
+
+local EMPTY_TAG = "\1smolwf.empty-array\1"
+local EMPTY = setmetatable({EMPTY_TAG}, {__newindex = function() error("read-only", 2) end})
+-- How cjson spells the marker, computed rather than guessed.
+local EMPTY_JSON = json.encode(EMPTY)
+
+M.null = cjson.null
+
+--- t, or the empty-array marker when t is nil or empty.
+function M.array(t)
+  if t == nil or next(t) == nil then return EMPTY end
+  return t
+end
+
+--- value (or cjson.null when nil): lets a report keep every key present.
+function M.opt(value)
+  if value == nil then return cjson.null end
+  return value
+end
+
+--- The JSON text of value; raises with the reason when it cannot be encoded.
+function M.encode(value)
+  local text = json.encode(value)
+  return (text:gsub(EMPTY_JSON:gsub("%p", "%%%0"), "[]"))
+end
+
+return M

@@ -1,0 +1,30 @@
+-- Calling the run's observers (see the observer interface in the contract).
+local core = require "smol.core"
+
+local M = {}
+
+-- Calls method on every observer, in order; a failing observer is reported
+-- on stderr once per method and does not stop the run.
+function M.notify(S, method, ...)
+  for _, obs in ipairs(S.observers) do
+    local fn = obs[method]
+    if fn then
+      local ok, err = pcall(fn, obs, S.run, ...)
+      if not ok and not S.observer_errors[method] then
+        S.observer_errors[method] = true
+        io.stderr:write(("smolwf: observer error in %s: %s\n"):format(method, tostring(err)))
+      end
+    end
+  end
+end
+
+-- Records an instance's final status and tells the observers.
+function M.finish(S, inst, status, err)
+  inst.status = status
+  inst.error = err
+  inst.ended_at = core.time()
+  inst.duration = inst.started_at and (inst.ended_at - inst.started_at) or 0
+  M.notify(S, "step_finished", inst)
+end
+
+return M

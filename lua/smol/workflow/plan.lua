@@ -1,0 +1,167 @@
+-- From a validated definition to the run's step instances: matrix expansion,
+-- dependencies between instances, topological order, --step selection and
+-- the --list tree. Pure functions: no I/O, no tasks.
+local validate = require "smol.workflow.validate"
+
+local M = {}
+
+local function format_value(v)
+  if math.type(v) == "float" and v == math.floor(v) and math.abs(v) < 2^53 then
+    return tostring(math.tointeger(v))
+  end
+  return tostring(v)
+end
+
+-- Every combination of the matrix values, keys in sorted order so that ids
+-- are stable: {shard = {1, 2}, os = {"a"}} -> {os="a",shard=1}, {os="a",shard=2}.
+function M.combinations(matrix)
+  local keys = validate.sorted_keys(matrix)
+  local result = { {} }
+  for _, key in ipairs(keys) do
+    local next_result = {}
+    for _, partial in ipairs(result) do
+      for _, value in ipairs(matrix[key]) do
+        local combo = {}
+        for k, v in pairs(partial) do combo[k] = v end
+        combo[key] = value
+        next_result[#next_result + 1] = combo
+      end
+    end
+    result = next_result
+  end
+  return result, keys
+end
+
+function M.instance_id(step_name, combo, keys)
+  if not combo then return step_name end
+  local parts = {}
+  for _, key in ipairs(keys) do parts[#parts + 1] = key .. "=" .. format_value(combo[key]) end
+  return step_name .. "[" .. table.concat(parts, ",") .. "]"
+end
+
+local function new_instance(step, combo, keys)
+  return {
+    id = M.instance_id(step.name, combo, keys), step = step.name, matrix = combo,
+    needs = {}, status = "pending", attempts = {}, artifacts = {},
+    timeout = step.timeout, continue_on_error = step.continue_on_error == true,
+    always = step.always == true, def = step,
+  }
+end
+
+local function expand_step(step)
+  if not step.matrix then return { new_instance(step) } end
+  local combos, keys = M.combinations(step.matrix)
+  local out = {}
+  for _, combo in ipairs(combos) do out[#out + 1] = new_instance(step, combo, keys) end
+  return out
+end
+
+-- Kahn's algorithm over steps, ties broken by definition order.
+function M.step_order(steps)
+  local index, pending, order = {}, {}, {}
+  for i, step in ipairs(steps) do index[step.name] = i; pending[i] = #validate.needs_list(step) end
+  local placed = {}
+  while #order < #steps do
+    local progressed = false
+    for i, step in ipairs(steps) do
+      if not placed[i] then
+        local ready = true
+        for _, need in ipairs(validate.needs_list(step)) do
+          if not placed[index[need]] then ready = false; break end
+        end
+        if ready then placed[i] = true; order[#order + 1] = step; progressed = true end
+      end
+    end
+    assert(progressed, "cycle in a validated workflow")
+  end
+  return order
+end
+
+-- Returns the instances in topological order; each inst.needs lists the ids
+-- of every instance of every step it needs (dependents wait for all of them).
+function M.instances(def)
+  local by_step, all = {}, {}
+  for _, step in ipairs(M.step_order(def.steps)) do
+    local insts = expand_step(step)
+    by_step[step.name] = insts
+    for _, inst in ipairs(insts) do
+      for _, need in ipairs(validate.needs_list(step)) do
+        for _, dep in ipairs(by_step[need]) do inst.needs[#inst.needs + 1] = dep.id end
+      end
+      all[#all + 1] = inst
+    end
+  end
+  return all
+end
+
+-- Keeps the instances of the named steps (or instance ids) and everything
+-- they need. Returns nil, message when a name is unknown.
+function M.select(instances, names)
+  local by_id, keep = {}, {}
+  for _, inst in ipairs(instances) do by_id[inst.id] = inst end
+  local function mark(inst)
+    if keep[inst.id] then return end
+    keep[inst.id] = true
+    for _, need in ipairs(inst.needs) do mark(by_id[need]) end
+  end
+  for _, name in ipairs(names) do
+    local found = false
+    for _, inst in ipairs(instances) do
+      if inst.step == name or inst.id == name then mark(inst); found = true end
+    end
+    if not found then
+      local known, seen = {}, {}
+      for _, inst in ipairs(instances) do
+        if not seen[inst.step] then seen[inst.step] = true; known[#known + 1] = inst.step end
+      end
+      return nil, ("unknown step '%s' (known steps: %s)"):format(name, table.concat(known, ", "))
+    end
+  end
+  local out = {}
+  for _, inst in ipairs(instances) do if keep[inst.id] then out[#out + 1] = inst end end
+  return out
+end
+
+local function step_flags(step)
+  local flags = {}
+  if step.matrix then
+    local n = #M.combinations(step.matrix)
+    flags[#flags + 1] = ("matrix: %d instance%s"):format(n, n == 1 and "" or "s")
+  end
+  if step.timeout then flags[#flags + 1] = ("timeout %gs"):format(step.timeout) end
+  if step.retry then flags[#flags + 1] = ("retry x%d"):format(step.retry.attempts or 1) end
+  if step.continue_on_error then flags[#flags + 1] = "continue_on_error" end
+  if step.always then flags[#flags + 1] = "always" end
+  if step.sandbox then flags[#flags + 1] = "own sandbox" end
+  if #flags == 0 then return "" end
+  return "  (" .. table.concat(flags, ", ") .. ")"
+end
+
+-- The steps as a tree: roots first, each step's dependents below it. A step
+-- needed by several others appears under each, its subtree shown once.
+function M.tree(def)
+  local dependents, roots = {}, {}
+  for _, step in ipairs(def.steps) do
+    local needs = validate.needs_list(step)
+    if #needs == 0 then roots[#roots + 1] = step end
+    for _, need in ipairs(needs) do
+      dependents[need] = dependents[need] or {}
+      table.insert(dependents[need], step)
+    end
+  end
+  local lines, shown = {}, {}
+  local function walk(step, prefix, last, top)
+    local branch = top and "" or (last and "└── " or "├── ")
+    local again = shown[step.name] and (dependents[step.name] and "  (see above)" or "") or nil
+    lines[#lines + 1] = prefix .. branch .. step.name .. (again or step_flags(step))
+    if again then return end
+    shown[step.name] = true
+    local children = dependents[step.name] or {}
+    local child_prefix = top and "" or (prefix .. (last and "    " or "│   "))
+    for i, child in ipairs(children) do walk(child, child_prefix, i == #children, false) end
+  end
+  for _, root in ipairs(roots) do walk(root, "", true, true) end
+  return table.concat(lines, "\n")
+end
+
+return M

@@ -1,0 +1,300 @@
+-- Workflow observer showing a run to a person.
+--
+-- Live view (stdout is a terminal and NO_COLOR is unset): finished steps
+-- are printed once, with a mark, duration and attempts; below them one
+-- line per running step (spinner, elapsed time, its latest output line,
+-- cut to the terminal width) and a footer with the counts. That block is
+-- redrawn with ANSI cursor moves from a core.timer tick, at most 1/interval
+-- times a second (10/s by default), never from an output event: a step
+-- printing megabytes costs one string match per chunk, not a redraw.
+--
+-- Plain view (not a terminal, or NO_COLOR set; CI logs): one line per
+-- event or output line, prefixed with the step id ("[build] make: ...").
+--
+-- Both print the summary table (smol.workflow.summary) when the run ends,
+-- unless opts.summary is false.
+local core = require "smol.core"
+local text = require "smol.workflow.text"
+local summary = require "smol.workflow.summary"
+
+local M = {}
+
+local SPINNER = {"⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"}
+-- A partial output line longer than this is printed without waiting for its newline.
+local MAX_PARTIAL = 64 * 1024
+-- How much of a chunk's end we search for its latest line (see latest_line).
+local TAIL_SCAN = 4096
+-- Live lines shown at most; more running steps are folded into "... and N more".
+local MAX_LIVE = 12
+
+--- Whether stdout is a terminal. Needs the host's core.isatty; without it we
+--- cannot know, and plain lines are the safe choice.
+function M.stdout_is_terminal()
+  return core.isatty ~= nil and core.isatty(1) == true
+end
+
+--- Terminal columns: core.term_width when the host has it, else $COLUMNS, else 80.
+function M.terminal_width()
+  local w = core.term_width and core.term_width()
+  return w or tonumber(os.getenv("COLUMNS")) or 80
+end
+
+--- The latest non-empty line of a chunk, made safe for the terminal; nil if none.
+--- Only the chunk's end is searched: an anchored-at-end pattern over a huge
+--- chunk without newlines would be quadratic.
+function M.latest_line(chunk)
+  local tail = #chunk > TAIL_SCAN and chunk:sub(-TAIL_SCAN) or chunk
+  local line = nil
+  for piece in tail:gmatch("[^\r\n]+") do
+    if piece:find("%S") then line = piece end
+  end
+  return line and text.terminal_line(line)
+end
+
+-- The finished line of an instance, shared by both views:
+-- "✗ test[shard=2]  880ms  2 attempts  exit 2: message".
+local function finished_line(inst, color)
+  local parts = {text.paint(text.mark(inst.status), text.sgr[inst.status], color),
+                 text.terminal_line(tostring(inst.id))}
+  if inst.status ~= "skipped" then parts[#parts + 1] = text.duration(inst.duration) end
+  local tries = text.attempts_label(inst)
+  if tries ~= "" then parts[#parts + 1] = tries end
+  if inst.status ~= "success" then
+    local note = text.word(inst.status)
+    if inst.exit_code and inst.exit_code ~= 0 then note = note .. " (exit " .. inst.exit_code .. ")" end
+    if inst.error then note = note .. ": " .. text.terminal_line(tostring(inst.error):match("^[^\n]*")) end
+    parts[#parts + 1] = text.paint(note, text.sgr[inst.status], color)
+  end
+  return table.concat(parts, "  ")
+end
+M.finished_line = finished_line
+
+-- ===== Plain view ==========================================================
+
+local Plain = {}
+Plain.__index = Plain
+
+function Plain:line(inst, s)
+  self.out:write("[", text.terminal_line(tostring(inst.id)), "] ", s, "\n")
+end
+
+function Plain:run_started(run)
+  self.out:write(string.format("%s: %d steps, jobs %s, report in %s\n", tostring(run.name or "workflow"),
+    #(run.instances or {}), tostring(run.jobs or "-"), tostring(run.report_dir or "-")))
+  self.out:flush()
+end
+
+function Plain:step_started(_, inst, attempt_no)
+  self:line(inst, (attempt_no or 1) > 1 and ("started attempt " .. attempt_no) or "started")
+  self.out:flush()
+end
+
+-- Prints the complete lines of a stream and keeps the unfinished rest.
+function Plain:step_output(_, inst, stream, chunk)
+  local key = tostring(inst.id) .. "\0" .. stream
+  local buf = (self.partial[key] or "") .. chunk
+  local rest_at = 1
+  for line, next_at in buf:gmatch("([^\n]*)\n()") do
+    self:line(inst, text.terminal_line(line))
+    rest_at = next_at
+  end
+  local rest = buf:sub(rest_at)
+  if #rest > MAX_PARTIAL then self:line(inst, text.terminal_line(rest)); rest = "" end
+  self.partial[key] = rest ~= "" and rest or nil
+  self.out:flush()
+end
+
+function Plain:flush_partial(inst)
+  for _, stream in ipairs({"stdout", "stderr"}) do
+    local key = tostring(inst.id) .. "\0" .. stream
+    if self.partial[key] then self:line(inst, text.terminal_line(self.partial[key])) end
+    self.partial[key] = nil
+  end
+end
+
+function Plain:step_log(_, inst, message)
+  self:line(inst, text.terminal_line(tostring(message)))
+  self.out:flush()
+end
+
+function Plain:step_retry(_, inst, attempt_no, delay, err)
+  local _ = attempt_no
+  self:line(inst, string.format("retrying in %s: %s", text.duration(delay or 0),
+    text.terminal_line(tostring(err):match("^[^\n]*"))))
+  self.out:flush()
+end
+
+function Plain:step_finished(_, inst)
+  self:flush_partial(inst)
+  self.out:write(finished_line(inst, false), "\n")
+  self.out:flush()
+end
+
+function Plain:run_finished(run)
+  for _, inst in ipairs(run.instances or {}) do self:flush_partial(inst) end
+  if self.summary then self.out:write("\n", summary.render(run, {color = false})) end
+  self.out:flush()
+end
+
+-- ===== Live view ===========================================================
+
+local Live = {}
+Live.__index = Live
+
+function Live:run_started(run)
+  self.run = run
+end
+
+function Live:step_started(_, inst, attempt_no)
+  if not self.state[inst] then
+    self.running[#self.running + 1] = inst
+    self.state[inst] = {}
+  end
+  self.state[inst].attempt = attempt_no or 1
+  self.state[inst].note = nil
+  self:ensure_ticking()
+end
+
+function Live:step_output(_, inst, _, chunk)
+  local st = self.state[inst]
+  local line = st and M.latest_line(chunk)
+  if line then st.line, st.note = line, nil end
+end
+
+function Live:step_log(_, inst, message)
+  local st = self.state[inst]
+  if st then st.line = text.terminal_line(tostring(message)) end
+end
+
+function Live:step_retry(_, inst, attempt_no, delay, err)
+  local st = self.state[inst]
+  local _ = attempt_no
+  if st then
+    st.note = string.format("retry in %s after: %s", text.duration(delay or 0),
+      text.terminal_line(tostring(err):match("^[^\n]*")))
+  end
+end
+
+function Live:step_finished(_, inst)
+  for i, r in ipairs(self.running) do
+    if r == inst then table.remove(self.running, i); break end
+  end
+  self.state[inst] = nil
+  self.finished[#self.finished + 1] = finished_line(inst, self.color)
+end
+
+function Live:ensure_ticking()
+  if self.timer or self.closed then return end
+  self.timer = self.new_timer(self.interval, function() self:tick() end)
+end
+
+-- One timer tick: redraw, and keep ticking while steps are running (the
+-- spinner and elapsed times move even when no event arrives).
+function Live:tick()
+  self.timer = nil
+  if self.closed then return end
+  self:draw()
+  if #self.running > 0 then self:ensure_ticking() end
+end
+
+function Live:live_line(inst, now, frame, width)
+  local st = self.state[inst]
+  local elapsed = inst.started_at and now - inst.started_at
+  local head = string.format("%s %s  %s", text.paint(SPINNER[frame], "36", self.color),
+    text.terminal_line(tostring(inst.id)), text.duration(elapsed))
+  if st.attempt > 1 then head = head .. "  attempt " .. st.attempt end
+  local tail = st.note or st.line
+  local plain_width = text.width(text.strip_ansi(head))
+  if not tail or plain_width + 4 >= width then return head end
+  return head .. "  " .. text.paint(text.truncate(tail, width - plain_width - 3), "2", self.color)
+end
+
+function Live:footer(now)
+  local counts = {queued = 0, done = 0}
+  local instances = self.run and self.run.instances or {}
+  for _, inst in ipairs(instances) do
+    if inst.status == "queued" then counts.queued = counts.queued + 1
+    elseif inst.status ~= "running" and inst.status ~= "pending" then counts.done = counts.done + 1 end
+  end
+  local elapsed = self.run and self.run.started_at and now - self.run.started_at
+  return text.paint(string.format("  %d running · %d queued · %d/%d done · %s", #self.running,
+    counts.queued, counts.done, #instances, text.duration(elapsed)), "2", self.color)
+end
+
+-- The live block: one line per running step (at most MAX_LIVE), then the footer.
+function Live:live_block(width)
+  local now = self.clock()
+  local frame = math.floor(now / self.interval) % #SPINNER + 1
+  local lines = {}
+  for i, inst in ipairs(self.running) do
+    if i > MAX_LIVE then
+      lines[#lines + 1] = string.format("  … and %d more", #self.running - MAX_LIVE)
+      break
+    end
+    lines[#lines + 1] = self:live_line(inst, now, frame, width)
+  end
+  lines[#lines + 1] = self:footer(now)
+  return lines
+end
+
+-- Erases the previous live block, prints the finished lines (they stay),
+-- then the new live block; one write, so the terminal never shows half.
+function Live:draw(final)
+  local width = math.max(self.width() - 1, 20)   -- a full-width line would wrap on some terminals
+  local out = {}
+  if self.drawn > 0 then out[#out + 1] = string.format("\27[%dF\27[J", self.drawn) end
+  for _, line in ipairs(self.finished) do out[#out + 1] = line .. "\n" end
+  self.finished = {}
+  local block = final and {} or self:live_block(width)
+  for _, line in ipairs(block) do out[#out + 1] = line .. "\n" end
+  self.drawn = #block
+  self.draws = self.draws + 1
+  self.out:write(table.concat(out))
+  self.out:flush()
+end
+
+function Live:run_finished(run)
+  self.closed = true
+  if self.timer then self.timer:stop(); self.timer = nil end
+  self:draw(true)
+  if self.summary then
+    self.out:write("\n", summary.render(run, {color = self.color, width = self.width() - 1}))
+  end
+  self.out:flush()
+end
+
+-- ===== Construction ========================================================
+
+local function width_function(w)
+  if type(w) == "number" then return function() return w end end
+  return w or M.terminal_width
+end
+
+--- A new progress observer.
+--- opts.out      where to write (write/flush; default io.stdout)
+--- opts.live     live view (default: stdout is a terminal and NO_COLOR is unset)
+--- opts.color    colours (default: same as live)
+--- opts.width    columns, a number or a function (default: the terminal's)
+--- opts.interval seconds between redraws (default 0.1)
+--- opts.summary  print the summary table at the end (default true)
+function M.new(opts)
+  opts = opts or {}
+  local live = opts.live
+  if live == nil then
+    local no_color = os.getenv("NO_COLOR")
+    live = M.stdout_is_terminal() and (no_color == nil or no_color == "") and os.getenv("TERM") ~= "dumb"
+  end
+  local self = {out = opts.out or io.stdout, summary = opts.summary ~= false}
+  if not live then
+    self.partial = {}
+    return setmetatable(self, Plain)
+  end
+  self.color = opts.color ~= false
+  self.width = width_function(opts.width)
+  self.interval = opts.interval or 0.1
+  self.clock, self.new_timer = core.time, core.timer
+  self.running, self.state, self.finished, self.drawn, self.draws = {}, {}, {}, 0, 0
+  return setmetatable(self, Live)
+end
+
+return M

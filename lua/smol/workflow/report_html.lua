@@ -1,0 +1,136 @@
+-- report.html: one self-contained page (inline CSS and SVG, no script, no
+-- external URL, so it opens offline and from a CI artifact store) with the
+-- run's result, a Gantt timeline of the steps, the summary table, and each
+-- step's stdout/stderr in a collapsible <details>, HTML-escaped.
+local text = require "smol.workflow.text"
+local gantt = require "smol.workflow.gantt"
+local reportdir = require "smol.workflow.reportdir"
+
+local M = {}
+-- Per log stream shown inline; the full log stays in logs/ (linked).
+M.MAX_LOG_BYTES = 256 * 1024
+
+local esc = text.xml_escape
+
+local STYLE = [[
+:root{--ok:#1f883d;--fail:#cf222e;--timeout:#d4650b;--cancel:#8250df;--skip:#8c959f;
+--queue:#d0d7de;--run:#0969da;--fg:#1f2328;--muted:#59636e;--line:#d1d9e0;--bg:#f6f8fa}
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;color:var(--fg);
+margin:0 auto;padding:24px 32px;max-width:1100px}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 10px;border-bottom:1px solid var(--line);padding-bottom:4px}
+.meta{color:var(--muted);margin:0}
+.badge{display:inline-block;padding:1px 10px;border-radius:12px;font-size:13px;color:#fff;vertical-align:middle}
+.badge.success{background:var(--ok)}.badge.failure,.badge.invalid{background:var(--fail)}.badge.cancelled{background:var(--cancel)}
+.chart{overflow-x:auto;border:1px solid var(--line);border-radius:6px;padding:6px 0}
+svg.gantt text{font:12px system-ui,sans-serif;fill:var(--fg)}
+svg.gantt .label{text-anchor:end}svg.gantt .tick{text-anchor:middle;fill:var(--muted);font-size:11px}
+svg.gantt .grid{stroke:var(--line);stroke-width:1}svg.gantt .band{fill:var(--bg)}
+svg.gantt .success{fill:var(--ok)}svg.gantt .failed{fill:var(--fail)}svg.gantt .timed_out{fill:var(--timeout)}
+svg.gantt .cancelled{fill:var(--cancel)}svg.gantt .skipped{fill:#fff;stroke:var(--skip);stroke-width:2}
+svg.gantt .queued,svg.gantt .pending{fill:var(--queue)}svg.gantt .running{fill:var(--run)}
+svg.gantt .backoff{stroke:var(--fail);stroke-width:2;stroke-dasharray:3 3}
+table.steps{border-collapse:collapse;width:100%}
+.steps th,.steps td{text-align:left;padding:5px 10px;border-bottom:1px solid var(--line);vertical-align:top}
+.steps th{background:var(--bg);font-weight:600}.steps td.num{text-align:right;font-variant-numeric:tabular-nums}
+.steps td.note{color:var(--muted);white-space:pre-wrap;font-size:13px}
+.st-success{color:var(--ok)}.st-failed{color:var(--fail)}.st-timed_out{color:var(--timeout)}
+.st-cancelled{color:var(--cancel)}.st-skipped,.st-pending,.st-queued{color:var(--skip)}.st-running{color:var(--run)}
+details{border:1px solid var(--line);border-radius:6px;margin:8px 0}
+details>summary{cursor:pointer;padding:7px 12px;background:var(--bg);border-radius:6px}
+details[open]>summary{border-bottom:1px solid var(--line);border-radius:6px 6px 0 0}
+.log{padding:4px 12px 10px}.log h3{font-size:13px;margin:10px 0 4px;color:var(--muted)}
+pre{background:#0d1117;color:#e6edf3;padding:10px;border-radius:6px;overflow-x:auto;margin:0;
+font:12px/1.4 ui-monospace,"SFMono-Regular",Menlo,Consolas,monospace;white-space:pre-wrap;word-break:break-all}
+.empty{color:var(--muted);font-style:italic}
+]]
+
+local function run_duration(run)
+  return run.ended_at and run.started_at and run.ended_at - run.started_at
+end
+
+local function header_html(run)
+  local started = run.started_at and os.date("!%Y-%m-%d %H:%M:%S UTC", math.floor(run.started_at)) or "not started"
+  local result = tostring(run.result or "unfinished")
+  return string.format('<header><h1>%s <span class="badge %s">%s</span></h1>\n<p class="meta">started %s · took %s · %d step instances · jobs %s</p></header>\n',
+    esc(run.name or "workflow"), esc(result, true), esc(result), started,
+    text.duration(run_duration(run)), #(run.instances or {}), esc(tostring(run.jobs or "-")))
+end
+
+-- U+23F1 (the terminal's timed-out mark) is missing from common fonts; a
+-- page shows a clock from the Geometric Shapes block instead.
+local function mark(status)
+  if status == "timed_out" then return "◷" end
+  return text.mark(status)
+end
+
+local function status_cell(status)
+  return string.format('<td class="st-%s">%s %s</td>', esc(status, true), mark(status), esc(text.word(status)))
+end
+
+local function table_row(run, inst, index)
+  local start = inst.started_at and run.started_at and "+" .. text.duration(inst.started_at - run.started_at) or "-"
+  return table.concat{
+    "<tr>", status_cell(inst.status),
+    string.format('<td><a href="#log-%d">%s</a></td>', index, esc(inst.id)),
+    string.format('<td class="num">%s</td><td class="num">%s</td>', start, text.duration(inst.duration)),
+    string.format('<td class="num">%d</td><td class="num">%s</td>', #(inst.attempts or {}), inst.exit_code or "-"),
+    string.format('<td class="note">%s</td>', esc(inst.error and tostring(inst.error) or "")),
+    "</tr>\n"}
+end
+
+local function table_html(run)
+  local out = {'<table class="steps"><thead><tr><th>Status</th><th>Step</th><th>Started</th><th>Duration</th><th>Attempts</th><th>Exit</th><th>Note</th></tr></thead><tbody>\n'}
+  for i, inst in ipairs(run.instances or {}) do out[#out + 1] = table_row(run, inst, i) end
+  out[#out + 1] = "</tbody></table>\n"
+  return table.concat(out)
+end
+
+local function stream_html(run, rel, stream)
+  local data, cut = reportdir.read_tail(reportdir.join(run.report_dir, rel), M.MAX_LOG_BYTES)
+  local link = string.format('<a href="%s">%s</a>', esc(rel, true), esc(rel))
+  if not data then return string.format("<h3>%s</h3><p class=\"empty\">no log file (%s)</p>", stream, esc(rel)) end
+  if data == "" then return string.format('<h3>%s</h3><p class="empty">empty</p>', stream) end
+  local note = cut and string.format(" — last %d KiB shown, full log: %s", M.MAX_LOG_BYTES // 1024, link) or " — " .. link
+  return string.format("<h3>%s%s</h3><pre>%s</pre>", stream, note, esc(data))
+end
+
+local function logs_html(run, inst)
+  if not inst.logs then return '<p class="empty">this step did not run</p>' end
+  local parts = {}
+  for _, stream in ipairs({"stdout", "stderr"}) do
+    if inst.logs[stream] then parts[#parts + 1] = stream_html(run, inst.logs[stream], stream) end
+  end
+  return table.concat(parts, "\n")
+end
+
+local function details_html(run, inst, index)
+  -- Failures open by default: that is the log a reader came for.
+  local open = (inst.status == "failed" or inst.status == "timed_out") and " open" or ""
+  local tries = text.attempts_label(inst)
+  return string.format('<details id="log-%d"%s><summary><span class="st-%s">%s</span> <b>%s</b> — %s, %s%s</summary>\n<div class="log">%s</div></details>\n',
+    index, open, esc(inst.status, true), mark(inst.status), esc(inst.id), esc(text.word(inst.status)),
+    text.duration(inst.duration), tries ~= "" and ", " .. tries or "", logs_html(run, inst))
+end
+
+--- The page as a string.
+function M.render(run)
+  local out = {'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">',
+    '<meta name="viewport" content="width=device-width, initial-scale=1">',
+    string.format("<title>%s — %s</title>", esc(run.name or "workflow"), esc(tostring(run.result or "unfinished"))),
+    "<style>", STYLE, "</style></head><body>\n", header_html(run),
+    '<h2>Timeline</h2><div class="chart">', gantt.render(run), "</div>\n",
+    "<h2>Steps</h2>", table_html(run), "<h2>Logs</h2>\n"}
+  for i, inst in ipairs(run.instances or {}) do out[#out + 1] = details_html(run, inst, i) end
+  out[#out + 1] = "</body></html>\n"
+  return table.concat(out)
+end
+
+--- Writes run.report_dir/report.html (atomically); returns its path.
+function M.write(run)
+  reportdir.ensure_dir(run.report_dir)
+  local path = reportdir.join(run.report_dir, "report.html")
+  reportdir.write_atomic(path, M.render(run))
+  return path
+end
+
+return M

@@ -1,0 +1,68 @@
+-- report.json: the run (name, start, end, result) and every step instance
+-- (status, attempts, exit code, duration, timeout, error, artifact and log
+-- paths) for machines. Times are wall-clock epoch seconds (floats);
+-- durations are seconds; paths are relative to the report directory.
+-- Optional values are present as null, lists as [] when empty, so a reader
+-- can rely on every key.
+local jsontext = require "smol.workflow.jsontext"
+local reportdir = require "smol.workflow.reportdir"
+
+local M = {}
+M.FORMAT_VERSION = 1
+
+local opt, array = jsontext.opt, jsontext.array
+
+local function message(err)
+  if err == nil then return jsontext.null end
+  return tostring(err)
+end
+
+local function attempt_json(a)
+  local duration = a.started_at and a.ended_at and a.ended_at - a.started_at
+  return {started_at = opt(a.started_at), ended_at = opt(a.ended_at), duration = opt(duration),
+          status = opt(a.status), exit_code = opt(a.exit_code), error = message(a.error)}
+end
+
+-- Only logs that exist: a skipped step never wrote any.
+local function logs_json(run, inst)
+  local logs = {}
+  for stream, rel in pairs(inst.logs or {}) do
+    if reportdir.exists(reportdir.join(run.report_dir, rel)) then logs[stream] = rel end
+  end
+  return logs
+end
+
+local function instance_json(run, inst)
+  local attempts = {}
+  for i, a in ipairs(inst.attempts or {}) do attempts[i] = attempt_json(a) end
+  return {
+    id = inst.id, step = inst.step, matrix = opt(inst.matrix), needs = array(inst.needs),
+    status = inst.status, queued_at = opt(inst.queued_at), started_at = opt(inst.started_at),
+    ended_at = opt(inst.ended_at), duration = opt(inst.duration), attempts = array(attempts),
+    exit_code = opt(inst.exit_code), timeout = opt(inst.timeout), error = message(inst.error),
+    continue_on_error = inst.continue_on_error or false, always = inst.always or false,
+    artifacts = array(inst.artifacts), logs = logs_json(run, inst),
+  }
+end
+
+--- The report as a Lua table ready for JSON encoding.
+function M.build(run)
+  local instances = {}
+  for i, inst in ipairs(run.instances or {}) do instances[i] = instance_json(run, inst) end
+  local duration = run.started_at and run.ended_at and run.ended_at - run.started_at
+  return {
+    format_version = M.FORMAT_VERSION, name = run.name, result = opt(run.result),
+    started_at = opt(run.started_at), ended_at = opt(run.ended_at), duration = opt(duration),
+    params = run.params or {}, jobs = opt(run.jobs), instances = array(instances),
+  }
+end
+
+--- Writes run.report_dir/report.json (atomically); returns its path.
+function M.write(run)
+  reportdir.ensure_dir(run.report_dir)
+  local path = reportdir.join(run.report_dir, "report.json")
+  reportdir.write_atomic(path, jsontext.encode(M.build(run)) .. "\n")
+  return path
+end
+
+return M

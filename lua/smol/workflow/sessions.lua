@@ -1,0 +1,70 @@
+-- The sandbox sessions of one run, opened lazily on first use and closed
+-- when the run ends. Steps sharing a key share one session; concurrent first
+-- uses wait for a single open instead of racing to open several.
+local task = require "smol.task"
+
+local Sessions = {}
+Sessions.__index = Sessions
+
+local M = {}
+
+-- `open` is sandbox.open or a stand-in taking the sandbox spec table.
+function M.new(open)
+  return setmetatable({ open = open, entries = {}, list = {} }, Sessions)
+end
+
+local function copy(t)
+  local out = {}
+  for k, v in pairs(t or {}) do out[k] = v end
+  return out
+end
+
+local function is_cancel(err)
+  return type(err) == "table" and err.code == "cancelled"
+end
+
+function Sessions:open_entry(key, spec)
+  local entry = { ready = task.event() }
+  self.entries[key] = entry
+  local ok, result = pcall(self.open, copy(spec))
+  if ok then
+    entry.session = result
+    self.list[#self.list + 1] = result
+  elseif is_cancel(result) then
+    -- The step that was opening it was cancelled: forget the attempt so the
+    -- next user opens afresh, and pass the cancellation on.
+    self.entries[key] = nil
+  else
+    entry.err = result
+  end
+  entry.ready:set()
+  if not ok then error(result, 0) end
+  return result
+end
+
+-- Returns the session for `key`, opening it from `spec` the first time.
+-- A failed open is remembered: every step using that session fails with it.
+function Sessions:get(key, spec)
+  while true do
+    local entry = self.entries[key]
+    if not entry then return self:open_entry(key, spec) end
+    entry.ready:wait()
+    if entry.session then return entry.session end
+    if entry.err then error(entry.err, 0) end
+  end
+end
+
+-- Closes every session opened so far; errors on close are collected, not raised,
+-- so that one failing close does not leave the others open.
+function Sessions:close_all()
+  local errors = {}
+  for _, session in ipairs(self.list) do
+    local ok, err = pcall(session.close, session)
+    if not ok then errors[#errors + 1] = tostring(err) end
+  end
+  self.list = {}
+  self.entries = {}
+  return errors
+end
+
+return M

@@ -1,0 +1,134 @@
+-- Text helpers shared by the progress view and the report writers: how a
+-- status, a duration or a piece of step output is shown to a person.
+-- Pure functions over strings; no I/O.
+local M = {}
+
+-- Marks and words for each instance status (the data model's statuses).
+M.marks = {
+  pending = "·", queued = "·", running = "▶", success = "✓", failed = "✗",
+  skipped = "↷", cancelled = "⊘", timed_out = "⏱",
+}
+M.words = {
+  pending = "pending", queued = "queued", running = "running", success = "ok",
+  failed = "failed", skipped = "skipped", cancelled = "cancelled", timed_out = "timed out",
+}
+-- SGR colour per status for terminals (green, red, yellow, dim...).
+M.sgr = {
+  success = "32", failed = "31", timed_out = "31", skipped = "33",
+  cancelled = "35", running = "36", queued = "2", pending = "2",
+}
+
+function M.mark(status) return M.marks[status] or "?" end
+function M.word(status) return M.words[status] or tostring(status) end
+
+--- Wraps s in the SGR code for status when colour is on.
+function M.paint(s, code, color)
+  if not color or not code then return s end
+  return "\27[" .. code .. "m" .. s .. "\27[0m"
+end
+
+--- "850ms", "12.3s", "2m05s", "1h02m"; "-" when unknown.
+function M.duration(seconds)
+  if type(seconds) ~= "number" or seconds ~= seconds then return "-" end
+  if seconds < 0 then seconds = 0 end
+  if seconds < 1 then return string.format("%dms", math.floor(seconds * 1000 + 0.5)) end
+  if seconds < 60 then return string.format("%.1fs", seconds) end
+  local s = math.floor(seconds + 0.5)
+  if s < 3600 then return string.format("%dm%02ds", s // 60, s % 60) end
+  return string.format("%dh%02dm", s // 3600, (s % 3600) // 60)
+end
+
+--- s with every invalid UTF-8 byte replaced by U+FFFD, so XML/HTML/terminals accept it.
+function M.valid_utf8(s)
+  if utf8.len(s) then return s end
+  local out, i = {}, 1
+  while i <= #s do
+    local n, bad = utf8.len(s, i)
+    if n then out[#out + 1] = s:sub(i); break end
+    out[#out + 1] = s:sub(i, bad - 1)
+    out[#out + 1] = "\u{FFFD}"
+    i = bad + 1
+  end
+  return table.concat(out)
+end
+
+--- Removes ANSI escape sequences (colours, cursor moves) a program wrote.
+function M.strip_ansi(s)
+  s = s:gsub("\27%[[0-?]*[ -/]*[@-~]", "")      -- CSI: colours, cursor moves
+  s = s:gsub("\27%][^\7\27]*\7", "")             -- OSC ending in BEL (titles, links)
+  s = s:gsub("\27%][^\7\27]*\27\\", "")          -- OSC ending in ST
+  return (s:gsub("\27[@-_]", ""))                 -- any other two-byte escape
+end
+
+--- One line safe to print inside our own terminal layout: no escapes,
+--- no control characters (a stray \r or \27 would wreck the live view).
+function M.terminal_line(s)
+  s = M.strip_ansi(M.valid_utf8(s))
+  s = s:gsub("\t", "  ")
+  return (s:gsub("[%z\1-\31\127]", ""))
+end
+
+--- The text of a log for XML/HTML: valid UTF-8, no escapes, and none of the
+--- control characters XML 1.0 forbids (tab, newline and CR stay).
+function M.printable(s)
+  s = M.strip_ansi(M.valid_utf8(s))
+  return (s:gsub("[%z\1-\8\11\12\14-\31\127]", ""))
+end
+
+local XML_ENTITIES = {["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;",
+                      ["'"] = "&#39;", ["\n"] = "&#10;", ["\r"] = "&#13;", ["\t"] = "&#9;"}
+
+--- s made printable and escaped for XML/HTML text; with `attribute` true,
+--- also for a quoted attribute value (where a raw newline would be folded).
+function M.xml_escape(s, attribute)
+  s = M.printable(tostring(s))
+  if attribute then return (s:gsub("[&<>\"'\n\r\t]", XML_ENTITIES)) end
+  return (s:gsub("[&<>]", XML_ENTITIES))
+end
+
+--- The first `width` characters (code points) of a valid UTF-8 string,
+--- with "…" as the last one when it was cut.
+function M.truncate(s, width)
+  if width <= 0 then return "" end
+  local n = utf8.len(s)
+  if not n or n <= width then return s end
+  local cut = utf8.offset(s, width)    -- start of the width-th character
+  return s:sub(1, cut - 1) .. "…"
+end
+
+--- Display width in terminal columns (one per code point; good enough for
+--- the Latin, box-drawing and symbol characters we print ourselves).
+function M.width(s)
+  return utf8.len(s) or #s
+end
+
+--- s padded with spaces on the right to `width` columns.
+function M.pad(s, width)
+  local w = M.width(s)
+  if w >= width then return s end
+  return s .. string.rep(" ", width - w)
+end
+
+--- The last `n` lines of s (a trailing newline does not count as an empty line).
+function M.last_lines(s, n)
+  local lines = {}
+  for line in (s:gsub("\n$", "") .. "\n"):gmatch("(.-)\n") do
+    lines[#lines + 1] = line
+  end
+  return table.concat(lines, "\n", math.max(1, #lines - n + 1), #lines)
+end
+
+--- The message of an error value: tables use __tostring (smol.errors), strings stay.
+function M.message(err)
+  if err == nil then return nil end
+  return tostring(err)
+end
+
+--- The label of an attempt count: "" for one, "2 attempts" otherwise.
+function M.attempts_label(inst)
+  local n = inst.attempts and #inst.attempts or 0
+  if n <= 1 then return "" end
+  return n .. " attempts"
+end
+
+return M

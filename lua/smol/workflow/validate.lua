@@ -1,0 +1,258 @@
+-- Validation of a workflow definition, before anything runs.
+--
+-- Every problem found is collected (not just the first) so that a user fixes
+-- a workflow in one go; each message names the step and the field involved.
+-- The result is one error value {code = "invalid_workflow", problems = {...}}.
+local M = {}
+
+local INVALID_MT = {
+  __tostring = function(e) return e.message end,
+}
+
+local WORKFLOW_FIELDS = {
+  name = "string", description = "string", sandbox = "table",
+  jobs = "count", steps = "steps", params = "table",
+}
+local STEP_FIELDS = {
+  name = "name", run = "function", needs = "needs", timeout = "positive",
+  matrix = "matrix", retry = "retry", continue_on_error = "boolean",
+  always = "boolean", sandbox = "table", description = "string",
+}
+local RETRY_FIELDS = { attempts = "count", backoff = "nonnegative", when = "function" }
+
+-- Levenshtein distance, used to suggest the field a user meant (`neeeds`).
+local function distance(a, b)
+  local prev = {}
+  for j = 0, #b do prev[j] = j end
+  for i = 1, #a do
+    local cur = { [0] = i }
+    for j = 1, #b do
+      local cost = a:sub(i, i) == b:sub(j, j) and 0 or 1
+      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+    end
+    prev = cur
+  end
+  return prev[#b]
+end
+
+local function sorted_keys(t)
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  table.sort(keys)
+  return keys
+end
+
+-- "did you mean 'needs'?" when a known field is close, else the list of fields.
+local function unknown_field_hint(field, known)
+  local best, best_d = nil, math.huge
+  for _, name in ipairs(sorted_keys(known)) do
+    local d = distance(field, name)
+    if d < best_d then best, best_d = name, d end
+  end
+  if best and best_d <= math.max(2, #field // 3) then
+    return ("did you mean '%s'?"):format(best)
+  end
+  return "known fields: " .. table.concat(sorted_keys(known), ", ")
+end
+
+local function is_list(t)
+  if type(t) ~= "table" then return false end
+  local n = 0
+  for _ in pairs(t) do n = n + 1 end
+  return n == #t
+end
+
+local function is_scalar(v)
+  local t = type(v)
+  return t == "string" or t == "number" or t == "boolean"
+end
+
+M.is_list = is_list
+M.sorted_keys = sorted_keys
+
+local KIND_TEXT = {
+  count = "a positive integer", positive = "a positive number",
+  nonnegative = "a number >= 0", needs = "a step name or a list of step names",
+  matrix = "a table of lists of values, e.g. {shard = {1, 2}}",
+  retry = "a table {attempts = N, backoff = SECONDS, when = function}",
+  name = "a non-empty string without '[' or ']'", steps = "a non-empty list of steps",
+}
+
+local function matrix_ok(v)
+  if type(v) ~= "table" or next(v) == nil then return false end
+  for k, values in pairs(v) do
+    if type(k) ~= "string" or not is_list(values) or #values == 0 then return false end
+    for _, x in ipairs(values) do
+      if not is_scalar(x) then return false end
+    end
+  end
+  return true
+end
+
+local function needs_ok(v)
+  if type(v) == "string" then return true end
+  if not is_list(v) then return false end
+  for _, x in ipairs(v) do
+    if type(x) ~= "string" then return false end
+  end
+  return true
+end
+
+local CHECKS = {
+  count = function(v) return math.type(v) == "integer" and v > 0 end,
+  positive = function(v) return type(v) == "number" and v > 0 end,
+  nonnegative = function(v) return type(v) == "number" and v >= 0 end,
+  name = function(v) return type(v) == "string" and v ~= "" and not v:find("[%[%]]") end,
+  steps = function(v) return is_list(v) and #v > 0 end,
+  needs = needs_ok, matrix = matrix_ok,
+  retry = function(v) return type(v) == "table" end,
+}
+
+local function value_ok(kind, v)
+  local check = CHECKS[kind]
+  if check then return check(v) end
+  return type(v) == kind
+end
+
+-- Checks every field of table `t` against `schema`; `where` prefixes messages.
+local function check_fields(t, schema, where, problems)
+  for _, field in ipairs(sorted_keys(t)) do
+    local kind = schema[field]
+    if type(field) ~= "string" then
+      problems[#problems + 1] = ("%s: unexpected entry [%s]"):format(where, tostring(field))
+    elseif not kind then
+      problems[#problems + 1] = ("%s: unknown field '%s' (%s)")
+        :format(where, field, unknown_field_hint(field, schema))
+    elseif not value_ok(kind, t[field]) then
+      problems[#problems + 1] = ("%s: field '%s' must be %s, got %s")
+        :format(where, field, KIND_TEXT[kind] or ("a " .. kind), type(t[field]))
+    end
+  end
+end
+M.check_fields = check_fields
+
+local function needs_list(step)
+  if type(step.needs) == "string" then return { step.needs } end
+  return step.needs or {}
+end
+M.needs_list = needs_list
+
+local function check_step(step, i, problems, seen)
+  if type(step) ~= "table" then
+    problems[#problems + 1] = ("step #%d: must be a table, got %s"):format(i, type(step))
+    return
+  end
+  local where = type(step.name) == "string" and ("step '%s'"):format(step.name)
+    or ("step #%d"):format(i)
+  check_fields(step, STEP_FIELDS, where, problems)
+  if step.name == nil then problems[#problems + 1] = where .. ": missing field 'name'" end
+  if step.run == nil then problems[#problems + 1] = where .. ": missing field 'run'" end
+  if type(step.retry) == "table" then
+    check_fields(step.retry, RETRY_FIELDS, where .. " retry", problems)
+  end
+  if type(step.name) == "string" then
+    if seen[step.name] then
+      problems[#problems + 1] = ("duplicate step name '%s' (steps #%d and #%d)")
+        :format(step.name, seen[step.name], i)
+    else
+      seen[step.name] = i
+    end
+  end
+end
+
+local function check_needs(steps, seen, problems)
+  local known = table.concat(sorted_keys(seen), ", ")
+  for _, step in ipairs(steps) do
+    if type(step) == "table" and type(step.name) == "string" and needs_ok(step.needs or {}) then
+      for _, need in ipairs(needs_list(step)) do
+        if not seen[need] then
+          problems[#problems + 1] = ("step '%s' needs unknown step '%s' (known steps: %s)")
+            :format(step.name, need, known)
+        elseif need == step.name then
+          problems[#problems + 1] = ("step '%s' needs itself"):format(step.name)
+        end
+      end
+    end
+  end
+end
+
+-- Depth-first search for a cycle; returns it as {"a", "b", "a"} or nil.
+local function find_cycle(steps, by_name)
+  local state, stack = {}, {}
+  local function visit(name)
+    state[name] = "active"; stack[#stack + 1] = name
+    for _, need in ipairs(needs_list(by_name[name])) do
+      if by_name[need] and need ~= name then
+        if state[need] == "active" then
+          local cycle, start = {}, nil
+          for k, n in ipairs(stack) do if n == need then start = k end end
+          for k = start, #stack do cycle[#cycle + 1] = stack[k] end
+          cycle[#cycle + 1] = need
+          return cycle
+        elseif not state[need] then
+          local c = visit(need)
+          if c then return c end
+        end
+      end
+    end
+    state[name] = "done"; stack[#stack] = nil
+  end
+  for _, step in ipairs(steps) do
+    if not state[step.name] then
+      local c = visit(step.name)
+      if c then return c end
+    end
+  end
+end
+
+local function well_formed_steps(steps)
+  local by_name, list = {}, {}
+  for _, step in ipairs(steps) do
+    if type(step) == "table" and type(step.name) == "string" and needs_ok(step.needs or {})
+        and not by_name[step.name] then
+      by_name[step.name] = step; list[#list + 1] = step
+    end
+  end
+  return list, by_name
+end
+
+function M.new_error(name, problems)
+  local head = ("invalid workflow '%s'"):format(name or "?")
+  local message = #problems == 1 and (head .. ": " .. problems[1])
+    or (head .. ":\n  " .. table.concat(problems, "\n  "))
+  return setmetatable({ code = "invalid_workflow", message = message, problems = problems },
+    INVALID_MT)
+end
+
+function M.is_invalid(err)
+  return type(err) == "table" and err.code == "invalid_workflow"
+end
+
+-- Returns nil when `def` is a valid workflow, else the list of problems.
+function M.problems(def)
+  if type(def) ~= "table" then return { "a workflow must be a table, got " .. type(def) } end
+  local problems = {}
+  check_fields(def, WORKFLOW_FIELDS, "workflow", problems)
+  if def.steps == nil then problems[#problems + 1] = "workflow: missing field 'steps'" end
+  if not is_list(def.steps) then return problems end
+  local seen = {}
+  for i, step in ipairs(def.steps) do check_step(step, i, problems, seen) end
+  check_needs(def.steps, seen, problems)
+  local list, by_name = well_formed_steps(def.steps)
+  local cycle = find_cycle(list, by_name)
+  if cycle then
+    problems[#problems + 1] = "dependency cycle: " .. table.concat(cycle, " -> ")
+  end
+  if #problems > 0 then return problems end
+end
+
+-- Raises the invalid_workflow error when `def` is not valid.
+function M.check(def)
+  local problems = M.problems(def)
+  if problems then
+    error(M.new_error(type(def) == "table" and def.name or nil, problems), 0)
+  end
+  return def
+end
+
+return M

@@ -1,0 +1,219 @@
+--[[
+A complete sandbox provider written in Lua: every session is a private
+directory on this machine (no isolation, like the bundled provider's
+local/default profile), commands run there as ordinary processes.
+
+Run it with:   smolwf provider serve scripts/lua_provider.lua
+Use it with:   local server = require "smol.provider_server"
+               local sb = sandbox.open{program = server.program("scripts/lua_provider.lua")}
+
+The file returns a table of methods; `smolwf provider serve` does the rest
+(JSON Lines, ids, base64, one task per request, validation of params, error
+replies). A method gets the params (`X_base64` fields also decoded as `X`)
+and the request (`req:event{...}` sends an event), returns its result, or
+raises server.fail(code, message).
+
+What this example leaves out: the part-2 extensions (it announces none but
+"isolation": "none"), and race-free path checks (it checks each path
+component for symlinks, which a concurrent command could defeat).
+]]
+local core = require "smol.core"
+local task = require "smol.task"
+local lfs = require "lfs"
+local server = require "smol.provider_server"
+
+local sessions = {}     -- id -> {id, root, workspace, tmp, cwd, processes = {proc = true}}
+local counter = 0
+
+--[[ Paths ]]
+
+-- Lexically normalizes an absolute path; nil when `..` climbs above "/".
+local function normalize(path)
+  local parts = {}
+  for part in path:gmatch("[^/]+") do
+    if part == ".." then
+      if #parts == 0 then return nil end
+      parts[#parts] = nil
+    elseif part ~= "." then
+      parts[#parts + 1] = part
+    end
+  end
+  return "/" .. table.concat(parts, "/")
+end
+
+local function inside(path, dir)
+  return path == dir or path:sub(1, #dir + 1) == dir .. "/"
+end
+
+-- The host path for a session path; refuses anything outside the
+-- session's workspace and temp area, and symlinks on the way.
+local function resolve(s, path, op)
+  local full = normalize(path:sub(1, 1) == "/" and path or (s.cwd .. "/" .. path))
+  if not full or not (inside(full, s.workspace) or inside(full, s.tmp)) then
+    server.fail("permission_denied", ("%s: `%s` is outside the sandbox"):format(op, path))
+  end
+  local base = inside(full, s.workspace) and s.workspace or s.tmp
+  local walked = base
+  for part in full:sub(#base + 2):gmatch("[^/]+") do
+    walked = walked .. "/" .. part
+    if lfs.symlinkattributes(walked, "mode") == "link" then
+      server.fail("permission_denied", ("%s: `%s` goes through a symlink"):format(op, path))
+    end
+  end
+  return full
+end
+
+local function session_of(params)
+  return sessions[params.session.id]
+    or server.fail("unknown_session", ("unknown session `%s`"):format(params.session.id))
+end
+
+--[[ Running programs ]]
+
+-- Runs argv to completion; on_chunk(stream, data) sees the output as it
+-- comes. Returns exit_code, signal_name. A program that cannot start gives
+-- 127 and a message on stderr, as the protocol asks.
+local function run(s, argv, opts, on_chunk)
+  local done = task.event()
+  local proc, err = core.spawn{file = argv[1], args = argv, cwd = opts.cwd, env = opts.env,
+    stdin = opts.stdin ~= nil, stdout = "chunks", stderr = "chunks", process_group = true,
+    on_stdout = function(data) if data then on_chunk("stdout", data) end end,
+    on_stderr = function(data) if data then on_chunk("stderr", data) end end,
+    on_exit = function(code, signal) done:set(code, signal) end}
+  if not proc then
+    on_chunk("stderr", ("%s: %s\n"):format(argv[1], err))
+    return 127
+  end
+  s.processes[proc] = true
+  if opts.stdin then proc:write(opts.stdin) end
+  if opts.stdin ~= nil then proc:close_stdin() end
+  local code, signal = done:wait()
+  s.processes[proc] = nil
+  proc:close()
+  return code, signal
+end
+
+local function command_env(s, extra)
+  local env = {PATH = "/usr/local/bin:/usr/bin:/bin", HOME = s.workspace, LANG = "C.UTF-8", TMPDIR = s.tmp}
+  for k, v in pairs(extra or {}) do env[k] = v end
+  return env
+end
+
+local function command_opts(s, params)
+  return {cwd = params.cwd and resolve(s, params.cwd, "exec") or s.cwd,
+    env = command_env(s, params.env), stdin = params.stdin or ""}
+end
+
+--[[ Methods ]]
+
+local methods = {}
+
+-- A session: ROOT/workspace (a copy of host_path) and ROOT/tmp.
+function methods.open(params)
+  counter = counter + 1
+  local root = assert(core.mkdtemp("/tmp/lua-provider-XXXXXX"))
+  local s = {id = "lua_" .. counter, root = root, workspace = root .. "/workspace",
+    tmp = root .. "/tmp", processes = {}}
+  assert(lfs.mkdir(s.workspace)) assert(lfs.mkdir(s.tmp))
+  s.cwd = s.workspace
+  sessions[s.id] = s
+  local host_path = params.workspace_sync and params.workspace_sync.host_path
+  if host_path and host_path ~= "" then
+    if not lfs.attributes(host_path) then server.fail("not_found", "workspace `" .. host_path .. "` does not exist") end
+    local code = run(s, {"cp", "-a", "--", host_path .. "/.", s.workspace}, {}, function() end)
+    if code ~= 0 then server.fail("io_error", "cannot copy workspace `" .. host_path .. "`") end
+  end
+  if params.cwd then
+    s.cwd = resolve(s, params.cwd, "open")
+    if lfs.attributes(s.cwd, "mode") ~= "directory" then server.fail("not_found", "cwd `" .. params.cwd .. "` does not exist") end
+  end
+  return {id = s.id, cwd = s.cwd, capabilities = {exec = true, isolation = "none"}}
+end
+
+function methods.close(params)
+  local s = session_of(params)
+  for proc in pairs(s.processes) do proc:kill("KILL") end
+  sessions[s.id] = nil
+  run(s, {"rm", "-rf", "--", s.root}, {}, function() end)
+  return {}
+end
+
+function methods.exec(params, req)
+  local s = session_of(params)
+  local out = {stdout = {}, stderr = {}}
+  req:event{type = "started"}
+  local code, signal = run(s, params.argv, command_opts(s, params), function(stream, data)
+    out[stream][#out[stream] + 1] = data
+    req:event{type = stream, data = data}
+  end)
+  req:event{type = "exited", exit_code = code, signal = signal}
+  return {exit_code = code, signal = signal,
+    stdout = table.concat(out.stdout), stderr = table.concat(out.stderr)}
+end
+
+-- Without the "process" capability a spawned process's output is dropped.
+function methods.spawn(params, req)
+  local s = session_of(params)
+  counter = counter + 1
+  local id = "proc_" .. counter
+  req:event{type = "started", process_id = id}
+  task.spawn(run, s, params.argv, command_opts(s, params), function() end)
+  return {process_id = id}
+end
+
+local function file_error(op, path, err)
+  local code = err:find("No such file") and "not_found" or err:find("Is a directory") and "is_a_directory"
+    or err:find("Not a directory") and "not_a_directory" or "io_error"
+  server.fail(code, ("%s `%s`: %s"):format(op, path, err))
+end
+
+function methods.write_file(params)
+  local path = resolve(session_of(params), params.path, "write_file")
+  local f, err = io.open(path, "wb")
+  if not f then file_error("write_file", params.path, err) end
+  f:write(params.content)
+  f:close()
+  return {}
+end
+
+function methods.read_file(params)
+  local path = resolve(session_of(params), params.path, "read_file")
+  if lfs.attributes(path, "mode") == "directory" then file_error("read_file", params.path, "Is a directory") end
+  local f, err = io.open(path, "rb")
+  if not f then file_error("read_file", params.path, err) end
+  local content = f:read("a")
+  f:close()
+  return {content = content}
+end
+
+function methods.create_dir_all(params)
+  local path = resolve(session_of(params), params.path, "create_dir_all")
+  local walked = ""
+  for part in path:gmatch("[^/]+") do
+    walked = walked .. "/" .. part
+    local mode = lfs.attributes(walked, "mode")
+    if mode == nil then
+      local ok, err = lfs.mkdir(walked)
+      if not ok then file_error("create_dir_all", params.path, err) end
+    elseif mode ~= "directory" then
+      server.fail("not_a_directory", ("create_dir_all `%s`: `%s` is a file"):format(params.path, walked))
+    end
+  end
+  return {}
+end
+
+function methods.remove(params)
+  local s = session_of(params)
+  local path = resolve(s, params.path, "remove")
+  if not lfs.symlinkattributes(path, "mode") then server.fail("not_found", ("remove `%s`: no such file"):format(params.path)) end
+  run(s, {"rm", "-rf", "--", path}, {}, function() end)
+  return {}
+end
+
+function methods.create_temp_dir(params)
+  local s = session_of(params)
+  local prefix = (params.prefix or "tmp"):gsub("[^%w._-]", "_")
+  return {path = assert(core.mkdtemp(s.tmp .. "/" .. prefix .. "XXXXXX"))}
+end
+
+return methods

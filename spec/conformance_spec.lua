@@ -1,0 +1,225 @@
+-- The provider conformance kit (smol.conformance, `smolwf provider-check`):
+-- the bundled provider passes all of it under local/default and
+-- bwrap/default, and a deliberately naive provider (spec/fixtures/
+-- naive_provider.lua) fails exactly where it is broken.
+local conformance = require "smol.conformance"
+local core = require "smol.core"
+local wire = require "smol.conformance.wire"
+local hostside = require "smol.conformance.hostside"
+
+local SPEC_DIR = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "spec"
+local NAIVE = SPEC_DIR .. "/fixtures/naive_provider.lua"
+local BUNDLED = core.bundled_provider()
+
+local function failures(report)
+  local lines = {}
+  for _, r in ipairs(report.results) do
+    if r.status == "fail" then lines[#lines + 1] = conformance.format(r) end
+  end
+  return table.concat(lines, "\n")
+end
+
+local function skipped(report)
+  local names = {}
+  for _, r in ipairs(report.results) do
+    if r.status == "skip" then names[#names + 1] = r.group .. ": " .. r.name end
+  end
+  return names
+end
+
+-- Pids of this process's children, to show the kit leaves none behind.
+local function my_children()
+  local mine = hostside.read("/proc/self/stat"):match("^(%d+)")
+  local kids = {}
+  for name in require("lfs").dir("/proc") do
+    local stat = name:match("^%d+$") and hostside.read("/proc/" .. name .. "/stat")
+    if stat and stat:match("^%d+ %b() %a (%d+)") == mine then kids[#kids + 1] = name end
+  end
+  return kids
+end
+
+-- nil when `profile` opens on the bundled provider here, else why not.
+local function unsupported(profile)
+  local conn = assert(wire.start({BUNDLED, "serve"}))
+  local prov, name = profile:match("^(.-)/(.*)$")
+  local req = conn:call("open", {metadata = {request_id = "probe", sandbox_group_id = "probe"},
+    profile = {provider = prov, name = name}, workspace_sync = {host_path = wire.null},
+    cwd = wire.null})
+  conn:stop()
+  if req.result then return nil end
+  return require("smol.conformance.expect").reply(req)
+end
+
+local function bundled_passes(profile)
+  describe("against the bundled provider under " .. profile, function()
+    local report, why_not, children_before
+
+    setup(function()
+      why_not = unsupported(profile)
+      if why_not then return end
+      children_before = #my_children()
+      report = conformance.run{program = BUNDLED, profile = profile}
+    end)
+
+    it("passes every check", function()
+      if why_not then return pending(profile .. " cannot run here: " .. why_not) end
+      assert.is_true(report.passed > 60, "only " .. report.passed .. " checks passed")
+      assert.are.equal(0, report.failed, "failed checks:\n" .. failures(report))
+    end)
+
+    it("runs every extension (skips only what this profile cannot do)", function()
+      if why_not then return pending(profile .. " cannot run here: " .. why_not) end
+      for _, name in ipairs(skipped(report)) do
+        -- Only checks that depend on the profile's isolation may be skipped.
+        assert.is_truthy(name:match("^isolation: ") or name:match("^lifecycle: close removes"),
+          "unexpected skip: " .. name)
+      end
+    end)
+
+    it("leaves no process and no temp directory behind", function()
+      if why_not then return pending(profile .. " cannot run here: " .. why_not) end
+      assert.is_false(hostside.exists(report.workspace))
+      assert.are.equal(children_before, #my_children())
+    end)
+  end)
+end
+
+describe("smol.conformance", function()
+  bundled_passes("local/default")
+  bundled_passes("bwrap/default")
+
+  describe("against a naive provider", function()
+    local report, by_name, root
+
+    setup(function()
+      root = assert(core.mkdtemp("/tmp/smolwf-naive-XXXXXX"))
+      report = conformance.run{program = "lua5.4", args = {NAIVE, root}, profile = "naive/default",
+        groups = {"files", "escapes", "exec", "concurrency", "lifecycle", "bad lines", "process"}}
+      by_name = conformance.by_name(report)
+    end)
+
+    teardown(function()
+      if root then hostside.remove_tree(root) end
+    end)
+
+    local function status(name)
+      local r = by_name[name]
+      assert.is_not_nil(r, "no check named " .. name)
+      return r.status
+    end
+
+    it("catches each of its faults", function()
+      for _, name in ipairs{
+        "escapes: `..` out of the session is permission_denied",
+        "escapes: absolute paths outside the session are permission_denied",
+        "escapes: workspace symlinks pointing out are never followed",
+        "escapes: symlinks a command creates pointing out are permission_denied",
+        "exec: the provider's own environment does not leak into commands",
+        "exec: exec streams output while the command runs",
+        "concurrency: a long exec does not delay a later read_file",
+        "lifecycle: close kills the session's processes, children included",
+        "lifecycle: shutdown kills the processes of open sessions, answers {} and exits 0",
+        "bad lines: an id that is not a string or integer gets an error with id null",
+      } do
+        assert.are.equal("fail", status(name), name)
+      end
+    end)
+
+    it("passes what it does right", function()
+      for _, name in ipairs{
+        "files: write_file then read_file round-trips all 256 byte values",
+        "files: create_dir_all makes nested directories",
+        "exec: exec answers stdout, stderr and a non-zero exit code as a result",
+        "exec: exec events are started, output..., exited, then the result",
+        "exec: all 256 byte values: stdin -> command -> stdout",
+        "exec: a command killed by a signal exits 128+signo",
+        "concurrency: 16 execs in flight each get their own output",
+        "bad lines: a line that is not JSON gets invalid_request with id null",
+        "bad lines: an unknown method gets unknown_method with the request's id",
+      } do
+        assert.are.equal("pass", status(name), name .. ": " .. conformance.format(by_name[name]))
+      end
+    end)
+
+    it("skips the extensions it does not announce", function()
+      assert.are.equal("skip", status("process: kill KILL ends the process with 137"))
+    end)
+
+    it("says what was expected and what came back", function()
+      local line = conformance.format(by_name["exec: the provider's own environment does not leak into commands"])
+      assert.matches("^FAIL exec: the provider's own environment does not leak into commands: expected no "
+        .. "SMOLWF_CONFORMANCE_LEAK .*; got seen: \"SMOLWF_CONFORMANCE_LEAK=leak%-", line)
+    end)
+
+    it("leaves none of the naive provider's processes behind", function()
+      local left = hostside.find_procs(NAIVE)
+      assert.are.same({}, left)
+      assert.is_false(hostside.exists(report.workspace))
+    end)
+  end)
+
+  describe("run()", function()
+    it("rejects bad options with a clear message", function()
+      assert.has_error(function() conformance.run{} end,
+        "conformance.run: `program` must be a non-empty string")
+      assert.has_error(function() conformance.run{program = "x", profile = "nope"} end,
+        "conformance.run: `profile` must look like PROVIDER/NAME, got nope")
+    end)
+
+    it("fails at once for a program that does not exist", function()
+      local ok, err = pcall(conformance.run, {program = "/no/such/provider"})
+      assert.is_false(ok)
+      assert.matches("cannot start provider `/no/such/provider`", err)
+    end)
+  end)
+end)
+
+-- `smolwf provider-check`, run as a real subprocess.
+describe("smolwf provider-check", function()
+  local function run_cli(args)
+    local out, status = {}, nil
+    local argv = {core.exe_path(), "provider-check"}
+    for _, a in ipairs(args) do argv[#argv + 1] = a end
+    local proc = assert(core.spawn{file = argv[1], args = argv, stdout = "chunks", stderr = "chunks",
+      on_stdout = function(d) if d then out[#out + 1] = d end end,
+      on_stderr = function(d) if d then out[#out + 1] = d end end,
+      on_exit = function(code) status = code end})
+    assert.is_true(wire.wait_until(function() return status ~= nil end, 60), "provider-check hung")
+    proc:close()
+    return status, table.concat(out)
+  end
+
+  it("prints one line per check and the summary; exits 0 when all pass", function()
+    local status, out = run_cli{"--profile", "local/default", "--group", "files", "--", BUNDLED}
+    assert.matches("\nPASS files: write_file then read_file round%-trips all 256 byte values: ", out)
+    assert.matches("\n15 passed, 0 failed\n$", out)
+    assert.are.equal(0, status, out)
+  end)
+
+  it("exits 1 and prints what failed for a broken provider", function()
+    local root = assert(core.mkdtemp("/tmp/smolwf-naive-XXXXXX"))
+    local status, out = run_cli{"--group", "escapes", "-q", "--", "lua5.4", NAIVE, root}
+    hostside.remove_tree(root)
+    assert.are.equal(1, status, out)
+    assert.matches("FAIL escapes: `%.%.` out of the session is permission_denied: expected "
+      .. "permission_denied for each; got read_file %.%./seed%.txt: expected error permission_denied, got result", out)
+    assert.not_matches("PASS", out)
+    assert.matches("\n%d passed, [1-9]%d* failed\n$", out)
+  end)
+
+  it("exits 2 on a usage error or a provider that cannot start", function()
+    local status, out = run_cli{"--group", "nonsense", "--", BUNDLED}
+    assert.are.equal(2, status)
+    assert.matches("unknown group `nonsense`", out)
+    status, out = run_cli{"--", "/no/such/provider"}
+    assert.are.equal(2, status)
+    assert.matches("cannot start provider `/no/such/provider`", out)
+  end)
+
+  it("lists its groups", function()
+    local status, out = run_cli{"--list"}
+    assert.are.equal(0, status)
+    assert.matches("\nescapes\n", out)
+    assert.matches("\nprocess %(needs `process`%)\n", out)
+  end)
+end)

@@ -1,0 +1,190 @@
+-- smol.jsonl: one provider connection, multiplexing, faults, observers.
+-- Runs inside the host: /path/to/smolwf /usr/bin/busted --ignore-lua spec/jsonl_spec.lua
+local jsonl = require "smol.jsonl"
+local task = require "smol.task"
+local errors = require "smol.errors"
+local h = dofile("spec/fixtures/helpers.lua")
+local null = require("cjson").null
+
+local SEED = h.fixture("seed_provider.lua")
+local FAULT = h.fixture("fault_provider.lua")
+
+describe("smol.jsonl", function()
+  local conns, ws
+
+  -- Starts a connection that after_each shuts down and checks for leaks.
+  local function start(program, opts)
+    local conn = jsonl.start(program, opts)
+    conns[#conns + 1] = conn
+    return conn
+  end
+
+  local function open(conn)
+    return conn:request("open", {metadata = {request_id = "r", sandbox_group_id = "g"},
+      profile = {provider = "fake", name = "test"}, workspace_sync = {host_path = ws}, cwd = null})
+  end
+
+  before_each(function()
+    conns, ws = {}, h.tempdir()
+  end)
+
+  after_each(function()
+    jsonl.observe(nil)
+    for _, c in ipairs(conns) do
+      c:shutdown(2)
+      assert.is_false(h.alive(c.pid), "provider " .. c.pid .. " left running")
+    end
+    h.cleanup()
+  end)
+
+  it("round-trips a request and gets the session", function()
+    local conn = start(SEED)
+    local session = open(conn)
+    assert.same({id = "session_1", cwd = "/sandbox", capabilities = {exec = true}}, session)
+    assert.equal(0, conn:shutdown(2))
+    assert.same({"open", "shutdown"}, h.methods(ws))
+  end)
+
+  it("delivers a request's events in order, then its result", function()
+    local conn = start(SEED)
+    local seen = {}
+    local r = conn:request("exec", {argv = {"x"}}, function(ev) seen[#seen + 1] = ev.type end)
+    assert.same({"started", "stdout", "exited"}, seen)
+    assert.equal("AAH/", r.stdout_base64)
+  end)
+
+  it("multiplexes requests from many tasks over one connection", function()
+    local conn = start(FAULT)
+    open(conn)
+    local fns = {}
+    for i = 1, 20 do
+      fns[i] = function() return conn:request("exec", {argv = {"echo", tostring(i)}}).stdout_base64 end
+    end
+    local results = task.all(fns)
+    for i = 1, 20 do
+      assert.equal(require("smol.core").b64encode("echo " .. i), results[i])
+    end
+  end)
+
+  it("raises the provider's error as a structured value", function()
+    local conn = start(FAULT)
+    open(conn)
+    local e = h.catch(conn.request, conn, "read_file", {path = "missing"})
+    assert.is_true(errors.is(e, "not_found"))
+    assert.matches("no such file: missing", e.message)
+    assert.equal("read_file", e.method)
+  end)
+
+  it("tells every observer each line sent and received, and the exit", function()
+    local seen = {}
+    jsonl.observe(function(dir, info, what) seen[#seen + 1] = {dir, info.program, what} end)
+    local conn = start(SEED)
+    open(conn)
+    conn:shutdown(2)
+    assert.equal("send", seen[1][1])
+    assert.matches('"method":"open"', seen[1][3])
+    assert.equal("recv", seen[2][1])
+    assert.matches('"session_1"', seen[2][3])
+    assert.same({"exit", SEED, 0}, seen[#seen])
+    assert.equal(5, #seen)
+  end)
+
+  describe("faults", function()
+    it("fails every pending request when the provider exits, naming it and its status", function()
+      local conn = start(FAULT)
+      open(conn)
+      local hang = task.spawn(function() return conn:request("exec", {argv = {"hang"}}) end)
+      assert.is_true(h.wait_until(function() return next(conn.pending) ~= nil end))
+      local crash = h.catch(conn.request, conn, "exec", {argv = {"crash", "3"}})
+      local e2 = h.catch(hang.join, hang)
+      for _, e in ipairs{crash, e2} do
+        assert.is_true(errors.is(e, "provider_exited"), tostring(e))
+        assert.equal(FAULT, e.program)
+        assert.matches("provider `" .. FAULT:gsub("%p", "%%%0") .. "` exited with status 3", e.message)
+      end
+      assert.is_false(conn:alive())
+      local later = h.catch(conn.request, conn, "read_file", {path = "x"})
+      assert.is_true(errors.is(later, "provider_exited"))
+    end)
+
+    local function broken(argv, pattern, opts)
+      local conn = start(FAULT, opts)
+      open(conn)
+      local e = h.catch(conn.request, conn, "exec", {argv = argv})
+      assert.is_true(errors.is(e, "protocol"), tostring(e))
+      assert.matches(pattern, e.message)
+      assert.is_false(conn:alive())
+      assert.is_true(h.wait_until(function() return conn.exit_code ~= nil end, 5))
+    end
+
+    it("breaks the connection on a line that is not JSON", function()
+      broken({"not_json"}, "sent a line that is not valid JSON")
+    end)
+
+    it("breaks the connection on a reply for an unknown id", function()
+      broken({"unknown_id"}, "sent a reply for unknown request id 999999")
+    end)
+
+    it("breaks the connection on an error reply without an id", function()
+      broken({"null_id"}, "without an id %(invalid_request: bad line%)")
+    end)
+
+    it("caps the nesting depth", function()
+      broken({"deep", "40"}, "too many nested", {max_depth = 16})
+    end)
+
+    it("accepts nesting within the cap", function()
+      local conn = start(FAULT, {max_depth = 64})
+      open(conn)
+      local r = conn:request("exec", {argv = {"deep", "40"}})
+      assert.equal("table", type(r.x))
+    end)
+
+    it("caps the line length", function()
+      broken({"long", "100000"}, "too long line %(limit 4096 bytes%)", {max_line_bytes = 4096})
+    end)
+
+    it("fails clearly when the program does not exist", function()
+      local e = h.catch(jsonl.start, "/nonexistent/provider")
+      assert.is_true(errors.is(e, "not_found"), tostring(e))
+      assert.equal("start", e.op)
+      assert.matches("failed to start provider `/nonexistent/provider`: not_found: cannot run provider", tostring(e))
+    end)
+
+    it("times a request out and drops its late reply", function()
+      local conn = start(FAULT)
+      open(conn)
+      local e = h.catch(conn.request, conn, "exec", {argv = {"sleep", "0.3"}}, nil, {timeout = 0.05})
+      assert.is_true(errors.is(e, "timeout"), tostring(e))
+      assert.matches("did not answer `exec` within 0.05 s", e.message)
+      -- the late result arrives for an abandoned id: dropped, connection fine
+      assert.is_true(h.wait_until(function() return next(conn.abandoned) == nil end, 5))
+      assert.is_true(conn:alive())
+      assert.equal("fault_2", open(conn).id)
+    end)
+
+    it("fails a request whose event handler raises, and keeps the connection", function()
+      local conn = start(FAULT)
+      open(conn)
+      local e = h.catch(conn.request, conn, "exec", {argv = {"interleave", "A", "3", "0"}},
+        function() error("stop here", 0) end)
+      assert.equal("stop here", e)
+      assert.is_true(h.wait_until(function() return next(conn.abandoned) == nil end, 5))
+      assert.is_true(conn:alive())
+    end)
+
+    it("passes the provider's stderr through, prefixed with its name", function()
+      local lines = {}
+      local conn = start(FAULT, {on_stderr = function(l) lines[#lines + 1] = l end})
+      open(conn)
+      conn:request("exec", {argv = {"stderr", "hello from the provider"}})
+      conn:shutdown(2)
+      assert.same({"hello from the provider"}, lines)
+      local out = h.run_host(([[
+        local c = require("smol.jsonl").start(%q)
+        c:request("exec", {argv = {"stderr", "to our stderr"}})
+        c:shutdown(2)]]):format(FAULT))
+      assert.matches("%[fault_provider.lua%] to our stderr\n", out)
+    end)
+  end)
+end)

@@ -1,0 +1,160 @@
+-- The bundled provider's processes (host/provider/process.c, spawn.c,
+-- backend_local.c): exec and spawn streaming, stdin, environment, exit
+-- codes, process groups, timeouts, kill, buffered spawn output, and that
+-- nothing a session started outlives its close. Real provider, real
+-- commands, local/default profile.
+local ph = dofile("spec/fixtures/provider_helpers.lua")
+
+describe("provider processes", function()
+  local conn, s
+
+  before_each(function()
+    conn = ph.start({env_extra = {SMOLWF_SPEC_LEAK = "must-not-leak"}})
+    s = ph.open(conn)
+  end)
+
+  after_each(function()
+    ph.stop_all()
+  end)
+
+  it("streams started, output chunks and exited before the result, bytes intact", function()
+    local req = ph.exec(conn, s, {"sh", "-c", [[printf '\000\001\377'; printf 'e\000' >&2; exit 3]]})
+    assert.is_table(req.result)
+    assert.equals("started", req.events[1].type)
+    assert.matches("^p%d+$", req.events[1].process_id)
+    assert.same({type = "exited", exit_code = 3}, req.events[#req.events])
+    assert.equals("\0\1\255", ph.events_data(req, "stdout"))
+    assert.equals("e\0", ph.events_data(req, "stderr"))
+    assert.equals("\0\1\255", ph.unb64(req.result.stdout_base64))
+    assert.equals("e\0", ph.unb64(req.result.stderr_base64))
+    assert.equals(3, req.result.exit_code)
+  end)
+
+  it("gives a missing program exit code 127 and one stderr line naming it", function()
+    local req = ph.exec(conn, s, {"no-such-program-xyz", "arg"})
+    assert.equals(127, req.result.exit_code)
+    local err = ph.unb64(req.result.stderr_base64)
+    assert.matches("^[^\n]*no%-such%-program%-xyz[^\n]*\n$", err)
+  end)
+
+  it("gives a program found but not executable exit code 126", function()
+    ph.op(conn, s, "write_file", {path = "script", content_base64 = ph.b64("#!/bin/sh\n"), mode = 420})
+    local req = ph.exec(conn, s, {"./script"})
+    assert.equals(126, req.result.exit_code)
+    assert.matches("script", ph.unb64(req.result.stderr_base64))
+  end)
+
+  it("builds the environment from the base, the request and nothing of the provider's", function()
+    local req = ph.exec(conn, s, {"env"}, {env = {FOO = "bar", LANG = "C"}})
+    local env = {}
+    for k, v in ph.unb64(req.result.stdout_base64):gmatch("([^=\n]+)=([^\n]*)") do env[k] = v end
+    assert.same({PATH = env.PATH, HOME = s.cwd, LANG = "C", TMPDIR = ph.session_root(s) .. "/tmp",
+                 FOO = "bar"}, env)
+    assert.matches("/usr/bin", env.PATH)
+  end)
+
+  it("refuses an env entry that is not a string", function()
+    local req = ph.exec(conn, s, {"true"}, {env = {FOO = 1}})
+    assert.equals("invalid_request", req.error.code)
+    assert.matches("FOO", req.error.message)
+  end)
+
+  it("runs in the session cwd by default and in a given relative cwd", function()
+    ph.op(conn, s, "create_dir_all", {path = "sub/dir"})
+    assert.equals(s.cwd .. "\n", ph.unb64(ph.exec(conn, s, {"pwd"}).result.stdout_base64))
+    local req = ph.exec(conn, s, {"pwd"}, {cwd = "sub/dir"})
+    assert.equals(s.cwd .. "/sub/dir\n", ph.unb64(req.result.stdout_base64))
+    assert.equals("not_found", ph.exec(conn, s, {"pwd"}, {cwd = "nope"}).error.code)
+    assert.equals("permission_denied", ph.exec(conn, s, {"pwd"}, {cwd = "/etc"}).error.code)
+  end)
+
+  it("feeds exec stdin data then end of file, and an empty closed stdin when null", function()
+    local req = ph.exec(conn, s, {"cat"}, {stdin_base64 = ph.b64("in\0put")})
+    assert.equals("in\0put", ph.unb64(req.result.stdout_base64))
+    req = ph.exec(conn, s, {"cat"}, {stdin_base64 = ph.null}, {timeout = 5})
+    assert.equals(0, req.result.exit_code)
+    assert.equals("", ph.unb64(req.result.stdout_base64))
+  end)
+
+  it("starts each command as the leader of its own process group", function()
+    local req = ph.exec(conn, s, {"sh", "-c", [[echo $$; cut -d' ' -f5 /proc/$$/stat]]})
+    local pid, pgid = ph.unb64(req.result.stdout_base64):match("^(%d+)\n(%d+)\n$")
+    assert.equals(pid, pgid)
+  end)
+
+  it("lets kill end a running exec by its process_id", function()
+    local pid
+    local req = conn:send("exec", {session = s, argv = {"sleep", "30"}},
+      {on_event = function(ev) if ev.type == "started" then pid = ev.process_id end end})
+    assert.is_true(ph.wait_until(function() return pid ~= nil end, 5))
+    assert.same({}, ph.op(conn, s, "kill", {process_id = pid, signal = "KILL"}).result)
+    assert.is_true(conn:wait(req, 5))
+    assert.equals(137, req.result.exit_code)
+    assert.equals("KILL", req.result.signal)
+    assert.equals("invalid_request", ph.op(conn, s, "kill", {process_id = pid, signal = "NOPE"}).error.code)
+  end)
+
+  it("on a wall timeout kills the whole group, grandchildren holding the pipes too", function()
+    local req = ph.exec(conn, s, {"sh", "-c", "sleep 30 & echo started; sleep 30"},
+      {timeout_ms = 200}, {timeout = 5})
+    assert.equals("wall", req.result.timed_out)
+    assert.equals(143, req.result.exit_code)
+    assert.equals("started\n", ph.unb64(req.result.stdout_base64))
+  end)
+
+  it("caps the captured copy at max_output_bytes and still streams everything", function()
+    local req = ph.exec(conn, s, {"head", "-c", "300000", "/dev/zero"}, {max_output_bytes = 1000})
+    assert.equals(1000, #ph.unb64(req.result.stdout_base64))
+    assert.is_true(req.result.stdout_truncated)
+    assert.equals(300000, #ph.events_data(req, "stdout"))
+  end)
+
+  it("passes write_stdin to a spawned command and answers its output on wait", function()
+    local sp = ph.op(conn, s, "spawn", {argv = {"cat"}})
+    local pid = sp.result.process_id
+    assert.same({}, ph.op(conn, s, "write_stdin", {process_id = pid, data_base64 = ph.b64("hel")}).result)
+    assert.same({}, ph.op(conn, s, "write_stdin", {process_id = pid, data_base64 = ph.b64("lo"), eof = true}).result)
+    local w = ph.op(conn, s, "wait", {process_id = pid}, {timeout = 5})
+    assert.equals("hello", ph.unb64(w.result.stdout_base64))
+    assert.equals("hello", ph.events_data(w, "stdout"))
+    assert.equals(0, w.result.exit_code)
+    assert.equals("unknown_process", ph.op(conn, s, "wait", {process_id = pid}).error.code)
+  end)
+
+  it("keeps the last 1 MiB of a spawned process's output and says how much it dropped", function()
+    local total = 3 * 1024 * 1024
+    local sp = ph.op(conn, s, "spawn", {argv = {"sh", "-c",
+      "seq 1 1000000 | head -c " .. total .. "; touch done"}})
+    local done = s.cwd .. "/done"
+    assert.is_true(ph.wait_until(function() return ph.exists(done) end, 10))
+    local w = ph.op(conn, s, "wait", {process_id = sp.result.process_id}, {timeout = 10})
+    local dropped = w.events[1]
+    assert.same({type = "dropped", stream = "stdout", bytes = dropped.bytes}, dropped)
+    local got = ph.unb64(w.result.stdout_base64)
+    assert.equals(total, dropped.bytes + #got)
+    assert.is_true(#got >= 1024 * 1024)
+    local full = io.popen("seq 1 1000000 | head -c " .. total):read("a")
+    assert.equals(full:sub(-#got), got)
+  end)
+
+  it("kills every process of a session at close, grandchildren left in the group included", function()
+    local req = ph.exec(conn, s, {"sh", "-c", "sleep 300 >/dev/null 2>&1 & echo $!"})
+    local orphan = ph.unb64(req.result.stdout_base64):match("%d+")
+    local sp = ph.op(conn, s, "spawn", {argv = {"sh", "-c", "echo $$; exec sleep 300"}})
+    local w = ph.op(conn, s, "wait", {process_id = sp.result.process_id, timeout_ms = 300})
+    local spawned = ph.unb64(w.result.stdout_base64):match("%d+")
+    assert.is_true(ph.alive(orphan) and ph.alive(spawned))
+    local root = ph.session_root(s)
+    assert.same({}, conn:call("close", s).result)
+    assert.is_true(ph.wait_until(function() return not ph.alive(orphan) and not ph.alive(spawned) end, 5))
+    assert.is_false(ph.exists(root))
+    assert.equals("unknown_session", ph.exec(conn, s, {"true"}).error.code)
+  end)
+
+  it("answers an exec in flight with an error when its session is closed", function()
+    local req = conn:send("exec", {session = s, argv = {"sleep", "30"}})
+    assert.same({}, conn:call("close", s).result)
+    assert.is_true(conn:wait(req, 5))
+    assert.equals("unknown_session", req.error.code)
+  end)
+end)

@@ -1,0 +1,251 @@
+-- smol.provider_server and `smolwf provider serve`: a provider written in
+-- Lua, run as a real process and spoken to in raw JSON Lines.
+local cjson = require "cjson"
+local core = require "smol.core"
+local sandbox = require "smol.sandbox"
+local server = require "smol.provider_server"
+local raw = require "spec.fixtures.testing_raw"
+
+local PROBE = "spec/fixtures/lua_provider_probe.lua"
+
+local function start(file)
+  return raw.start({core.exe_path(), "provider", "serve", file or PROBE})
+end
+
+local SESSION = {id = "probe_1", cwd = "/probe", capabilities = {exec = true}}
+
+local function open_session(p)
+  p:request(0, "open", {cwd = "1"})
+  local reply = p:next()
+  assert.same("probe_1", reply.result.id)
+end
+
+local function stop(p)
+  p:close_stdin()
+  assert.same(0, (p:wait_exit()))
+end
+
+describe("provider_server framing and ids", function()
+  local p
+  before_each(function() p = start() end)
+  after_each(function() if p then stop(p) end end)
+
+  it("ignores blank lines and answers a line that is not JSON with id null", function()
+    p:send("")
+    p:send("   ")
+    p:send("{not json")
+    local reply = p:next()
+    assert.same(cjson.null, reply.id)
+    assert.same("invalid_request", reply.error.code)
+    assert.matches("not valid JSON", reply.error.message)
+  end)
+
+  it("answers ids of the wrong type with id null, and keeps serving", function()
+    for _, bad in ipairs{'{"id":1.5,"method":"echo"}', '{"id":true,"method":"echo"}',
+                         '{"method":"echo"}', '[1,2]'} do
+      p:send(bad)
+      local reply = p:next()
+      assert.same(cjson.null, reply.id)
+      assert.same("invalid_request", reply.error.code)
+    end
+    p:request(7, "echo", {a = "b"})
+    local reply = p:next()
+    assert.same(7, reply.id)
+    assert.same({a = "b"}, reply.result.params)
+  end)
+
+  it("keeps 1 and \"1\" apart and echoes big integer ids exactly", function()
+    p:send('{"id":1,"method":"block","params":{"gate":"g"}}')
+    p:send('{"id":"1","method":"echo","params":{}}')
+    local _, line = p:next()
+    assert.matches('^{"id":"1","result"', line)
+    p:send('{"id":9007199254740992,"method":"release","params":{"gate":"g"}}')
+    local seen = {}
+    for _ = 1, 2 do
+      local _, l = p:next()
+      seen[#seen + 1] = l:match('^{"id":([^,]+),')
+    end
+    table.sort(seen)
+    assert.same({"1", "9007199254740992"}, seen)
+  end)
+
+  it("refuses an id already in flight, naming it", function()
+    p:send('{"id":3,"method":"block","params":{"gate":"d"}}')
+    p:send('{"id":3,"method":"echo","params":{}}')
+    local reply = p:next()
+    assert.same(3, reply.id)
+    assert.matches("id 3 is already in flight", reply.error.message, 1, true)
+    p:request(4, "release", {gate = "d"})
+    local ids = {}
+    for _ = 1, 2 do ids[#ids + 1] = p:next().id end
+    table.sort(ids)
+    assert.same({3, 4}, ids)
+  end)
+
+  it("answers an unknown method with unknown_method naming it", function()
+    p:request(1, "teleport", {})
+    local reply = p:next()
+    assert.same("unknown_method", reply.error.code)
+    assert.matches("`teleport`", reply.error.message, 1, true)
+  end)
+end)
+
+describe("provider_server validation", function()
+  local p
+  before_each(function() p = start(); open_session(p) end)
+  after_each(function() if p then stop(p) end end)
+
+  local function error_for(method, params)
+    p:request(1, method, params)
+    local reply = p:next()
+    assert.is_table(reply.error, "expected an error reply for " .. method)
+    return reply.error
+  end
+
+  it("checks params against the protocol's shapes, naming the field", function()
+    local e = error_for("exec", {session = SESSION})
+    assert.same("invalid_request", e.code)
+    assert.same("exec: missing field `params.argv`", e.message)
+    e = error_for("exec", {session = SESSION, argv = {"ls", 3}})
+    assert.same("exec: field `params.argv` must be a non-empty array of strings", e.message)
+    e = error_for("write_file", {session = SESSION, path = 5, content_base64 = ""})
+    assert.same("write_file: field `params.path` must be a string", e.message)
+    e = error_for("read_file", "nope")
+    assert.same("read_file: field `params` must be an object", e.message)
+  end)
+
+  it("refuses sessions it never opened", function()
+    local e = error_for("read_file", {session = {id = "ghost"}, path = "a"})
+    assert.same("unknown_session", e.code)
+    assert.matches("`ghost`", e.message, 1, true)
+  end)
+
+  it("refuses invalid base64, naming the field and the offset", function()
+    local e = error_for("write_file", {session = SESSION, path = "a", content_base64 = "AA*="})
+    assert.same("invalid_request", e.code)
+    assert.matches("params.content_base64", e.message, 1, true)
+    assert.matches("offset", e.message, 1, true)
+  end)
+
+  it("decodes params and encodes results: binary bytes round-trip", function()
+    p:request(1, "write_file", {session = SESSION, path = "dir/a.bin", content_base64 = "AAH/"})
+    assert.same({}, p:next().result)
+    p:request(2, "read_file", {session = SESSION, path = "dir/a.bin"})
+    local reply = p:next()
+    assert.same("AAH/", reply.result.content_base64)
+    assert.is_nil(reply.result.content)
+    assert.same("\0\1\255", core.b64decode(reply.result.content_base64))
+  end)
+
+  it("sends events in order before the result, with data as base64", function()
+    p:request(5, "exec", {session = SESSION, argv = {"x"}, stdin_base64 = "aGk="})
+    local started, out, exited, result = p:next(), p:next(), p:next(), p:next()
+    assert.same({type = "started", process_id = "p1"}, started.event)
+    assert.same({type = "stdout", data_base64 = "aGk="}, out.event)
+    assert.same("exited", exited.event.type)
+    assert.same({exit_code = 0, stdout_base64 = "aGk=", stderr_base64 = "/gA="}, result.result)
+  end)
+
+  it("turns handler failures into error replies", function()
+    p:request(1, "read_file", {session = SESSION, path = "missing"})
+    local e = p:next().error
+    assert.same({code = "not_found", message = "no such file `missing`"}, e)
+    e = error_for("boom", {})
+    assert.same("internal", e.code)
+    assert.matches("kaboom", e.message)
+    e = error_for("number", {})
+    assert.same("method `number` returned a number, expected a table", e.message)
+  end)
+end)
+
+describe("provider_server concurrency and shutdown", function()
+  it("runs each request in its own task: a blocked request does not delay others", function()
+    local p = start()
+    p:request(1, "block", {gate = "a"})
+    p:request(2, "echo", {n = 2})
+    assert.same(2, p:next().id)
+    p:request(3, "release", {gate = "a"})
+    local ids = {p:next().id, p:next().id}
+    table.sort(ids)
+    assert.same({1, 3}, ids)
+    stop(p)
+  end)
+
+  it("shutdown answers what is in flight, closes sessions, replies {} and exits 0", function()
+    local p = start()
+    open_session(p)
+    p:request(1, "block", {gate = "never"})
+    p:request(2, "shutdown", {})
+    local first, second = p:next(), p:next()
+    assert.same(1, first.id)
+    assert.same("internal", first.error.code)
+    assert.matches("shutting down", first.error.message)
+    assert.same({id = 2, result = {}}, second)
+    assert.same(false, p:next_line())
+    assert.same(0, (p:wait_exit()))
+    assert.matches("probe: closed probe_1", p:stderr_text(), 1, true)
+  end)
+
+  it("end of input closes every session and exits 0", function()
+    local p = start()
+    open_session(p)
+    p:close_stdin()
+    assert.same(0, (p:wait_exit()))
+    assert.matches("probe: closed probe_1", p:stderr_text(), 1, true)
+  end)
+
+  it("refuses an event sent after the reply (checked on stderr)", function()
+    local p = start()
+    p:request(1, "event_after_reply", {})
+    assert.same({}, p:next().result)
+    p:close_stdin()
+    assert.same(0, (p:wait_exit()))
+    assert.matches("event `late` after the reply to request 1", p:stderr_text(), 1, true)
+  end)
+end)
+
+describe("smolwf provider serve", function()
+  local function run_cli(...)
+    local p = raw.start({core.exe_path(), "provider", ...})
+    p:close_stdin()
+    local code = p:wait_exit()
+    return code, p:stderr_text()
+  end
+
+  it("names a missing file", function()
+    local code, err = run_cli("serve", "spec/fixtures/does-not-exist.lua")
+    assert.same(2, code)
+    assert.matches("does%-not%-exist%.lua", err)
+  end)
+
+  it("refuses a file that does not return a table of methods", function()
+    local tmp = os.tmpname()
+    local f = assert(io.open(tmp, "w"))
+    f:write("return 42\n")
+    f:close()
+    local code, err = run_cli("serve", tmp)
+    os.remove(tmp)
+    assert.same(2, code)
+    assert.matches("must return a table of methods, got number", err, 1, true)
+  end)
+
+  it("refuses an unknown subcommand with the usage", function()
+    local code, err = run_cli("dance")
+    assert.same(2, code)
+    assert.matches("usage: smolwf provider serve", err, 1, true)
+  end)
+end)
+
+describe("server.program", function()
+  it("makes a PROGRAM that sandbox.open can start (`PROGRAM serve`)", function()
+    local program = server.program(PROBE)
+    local sb = sandbox.open{program = program, workspace = "/tmp"}
+    finally(function() sb:close(); sandbox.shutdown(program) end)
+    assert.same("probe_1", sb.id)
+    sb:write_file("a.bin", "\0\1\255")
+    assert.same("\0\1\255", sb:read_file("a.bin"))
+    local r = sb:exec{"anything", stdin = "hello"}
+    assert.same("hello", r.stdout)
+    assert.same("\254\0", r.stderr)
+  end)
+end)

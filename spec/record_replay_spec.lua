@@ -1,0 +1,187 @@
+-- smol.record / smol.replay: record a real workflow run on the bundled
+-- provider, replay it to the same report without running anything.
+local cjson = require "cjson"
+local core = require "smol.core"
+local lfs = require "lfs"
+local jsonl = require "smol.jsonl"
+local sandbox = require "smol.sandbox"
+local record = require "smol.record"
+local replay = require "smol.replay"
+local testing = require "smol.testing"
+local wf = require "smol.workflow"
+
+local function read_lines(path)
+  local out = {}
+  for line in io.lines(path) do out[#out + 1] = cjson.decode(line) end
+  return out
+end
+
+-- The workflow: real commands whose output differs on every real run (the
+-- clock in nanoseconds), a failing step, file operations, and a marker
+-- file written on the host (local profile: no isolation) by a command.
+local function define(ws, marker, greeting)
+  return wf.define{
+    name = "recorded",
+    sandbox = {profile = "local/default", workspace = ws},
+    steps = {
+      {name = "hello", run = function(ctx)
+        ctx:sh(("echo %s; date +%%s%%N; echo to-stderr >&2"):format(greeting))
+      end},
+      {name = "broken", continue_on_error = true, run = function(ctx) ctx:sh("echo no >&2; exit 3") end},
+      {name = "files", needs = {"hello"}, run = function(ctx)
+        ctx:create_dir_all("out")
+        ctx:write_file("out/result.txt", "\0binary\255")
+        assert(ctx:read_file("out/result.txt") == "\0binary\255")
+        ctx:sh("touch " .. marker)
+      end},
+    },
+  }
+end
+
+-- What a report must keep: per instance, status, exit code, error, logs.
+local function outcome(run)
+  local out = {result = run.result}
+  for _, inst in ipairs(run.instances) do
+    out[inst.id] = {status = inst.status, exit_code = inst.exit_code, error = inst.error,
+      attempts = #inst.attempts,
+      stdout = testing.report_file(run, inst.logs.stdout),
+      stderr = testing.report_file(run, inst.logs.stderr)}
+  end
+  return out
+end
+
+-- Every provider program the host exchanged lines with while fn ran.
+local function programs_started(fn)
+  local seen, list = {}, {}
+  jsonl.observe(function(_, info)
+    if not seen[info.program] then seen[info.program] = true; list[#list + 1] = info.program end
+  end)
+  local ok, err = pcall(fn)
+  jsonl.observe(nil)
+  if not ok then error(err, 0) end
+  return list
+end
+
+describe("record and replay of a workflow run", function()
+  local dir, ws, marker, recording
+  setup(function()
+    dir = assert(core.mkdtemp("/tmp/smolwf-rr-spec-XXXXXX"))
+    ws, marker, recording = dir .. "/ws", dir .. "/marker", dir .. "/run.jsonl"
+    assert(lfs.mkdir(ws))
+    sandbox.shutdown()    -- replay must start providers of its own
+  end)
+  teardown(function()
+    sandbox.shutdown()
+    testing.remove_tree(dir)
+  end)
+
+  local recorded_run
+  it("records every line with timestamps and sessions", function()
+    sandbox.shutdown()
+    local rec = record.start(recording)
+    recorded_run = testing.run_workflow(define(ws, marker, "hello"))
+    rec:stop()
+    assert.truthy(lfs.attributes(marker))
+    os.remove(marker)
+    assert.same("success", recorded_run.result)   -- `broken` may fail (continue_on_error)
+    assert.same("failed", recorded_run.by_id.broken.status)
+    assert.same("success", recorded_run.by_id.files.status)
+
+    local lines = read_lines(recording)
+    assert.same({format = "smolwf-recording", version = 1}, {format = lines[1].format, version = lines[1].version})
+    local last_seq, last_t, sessions, methods = 0, 0, {}, {}
+    for i = 2, #lines do
+      local e = lines[i]
+      assert.is_true(e.seq > last_seq and e.t >= last_t)
+      last_seq, last_t = e.seq, e.t
+      assert.is_string(e.program)
+      if e.dir == "send" then
+        local msg = cjson.decode(e.line)
+        methods[msg.method] = true
+        if msg.method == "exec" then
+          assert.same(msg.params.session.id, e.session)
+          sessions[e.session] = true
+        end
+      end
+    end
+    assert.truthy(methods.open and methods.exec and methods.write_file and methods.read_file and methods.close)
+    assert.same(1, #(function() local t = {} for s in pairs(sessions) do t[#t + 1] = s end return t end)())
+  end)
+
+  it("replays it to the same report, without running any command", function()
+    local handle = replay.install(recording)
+    local replayed
+    local programs = programs_started(function()
+      replayed = testing.run_workflow(define(ws, marker, "hello"))
+    end)
+    handle:uninstall()
+    sandbox.shutdown()
+    assert.same(outcome(recorded_run), outcome(replayed))
+    assert.matches("^hello\n%d+\n$", outcome(replayed).hello.stdout)
+    assert.is_nil(lfs.attributes(marker), "a command ran: the marker was written")
+    assert.is_true(#programs >= 1)
+    for _, program in ipairs(programs) do
+      assert.matches("smolwf%-provider%-%w+/provider$", program)   -- replay wrappers only
+    end
+  end)
+
+  it("fails a request the recording does not have, showing both side by side", function()
+    local handle = replay.install(recording)
+    local run = testing.run_workflow(define(ws, marker, "goodbye"))
+    handle:uninstall()
+    sandbox.shutdown()
+    local hello = run.by_id.hello
+    assert.same("failed", hello.status)
+    assert.matches("replay: no request in the recording `" .. recording
+      .. "` matches this `exec` request", hello.error, 1, true)
+    assert.matches("closest unused recorded request", hello.error, 1, true)
+    local row = hello.error:match("\n(  ! params%.argv%[3%][^\n]*)")
+    assert.is_string(row, hello.error)
+    assert.matches('"echo hello; date', row, 1, true)
+    assert.matches('"echo goodbye; date', row, 1, true)
+    assert.is_nil(lfs.attributes(marker))
+  end)
+end)
+
+describe("the replay provider on its own", function()
+  local dir
+  before_each(function() dir = assert(core.mkdtemp("/tmp/smolwf-rr-own-XXXXXX")) end)
+  after_each(function() testing.remove_tree(dir) end)
+
+  it("serves sandbox.open{program = replay.program(file)} from a recording", function()
+    local file = dir .. "/session.jsonl"
+    local rec = record.start(file)
+    local sb = sandbox.open{profile = "local/default", workspace = dir}
+    sb:write_file("a.bin", "\0\1\255")
+    local r1 = sb:exec{"sh", "-c", "cat a.bin; echo; echo $$ >&2; exit 4"}
+    local bytes = sb:read_file("a.bin")
+    sb:close()
+    rec:stop()
+
+    local program = replay.program(file)
+    local again = sandbox.open{program = program, profile = "local/default", workspace = dir}
+    finally(function() sandbox.shutdown(program) end)
+    assert.same(sb.id, again.id)
+    again:write_file("a.bin", "\0\1\255")
+    local r2 = again:exec{"sh", "-c", "cat a.bin; echo; echo $$ >&2; exit 4"}
+    assert.same({r1.exit_code, r1.stdout, r1.stderr}, {r2.exit_code, r2.stdout, r2.stderr})
+    assert.same(bytes, again:read_file("a.bin"))
+    -- each recorded request is used once: a second identical read has no match
+    local ok, err = pcall(again.read_file, again, "a.bin")
+    assert.is_false(ok)
+    assert.matches("matches this `read_file` request", tostring(err), 1, true)
+    again:close()
+  end)
+
+  it("refuses a file that is not a recording, naming it", function()
+    local file = dir .. "/not.jsonl"
+    local f = assert(io.open(file, "w"))
+    f:write('{"hello": 1}\n')
+    f:close()
+    local ok, err = pcall(replay.install, file)
+    assert.is_false(ok)
+    assert.matches("is not a smolwf recording", tostring(err), 1, true)
+    ok, err = pcall(replay.install, dir .. "/missing.jsonl")
+    assert.matches("cannot read recording", tostring(err), 1, true)
+  end)
+end)

@@ -1,0 +1,371 @@
+-- smol.sandbox: sessions, processes and files against fake and real providers.
+-- Runs inside the host: /path/to/smolwf /usr/bin/busted --ignore-lua spec/sandbox_spec.lua
+local sandbox = require "smol.sandbox"
+local core = require "smol.core"
+local task = require "smol.task"
+local errors = require "smol.errors"
+local null = require("cjson").null
+local h = dofile("spec/fixtures/helpers.lua")
+
+local SEED = h.fixture("seed_provider.lua")
+local FAULT = h.fixture("fault_provider.lua")
+
+local function params_of(ws, method)
+  for _, r in ipairs(h.requests(ws)) do
+    if r.method == method then return r.params end
+  end
+end
+
+describe("smol.sandbox", function()
+  after_each(function()
+    sandbox.shutdown()
+    h.cleanup()
+  end)
+
+  describe("with the seed's fake provider", function()
+    it("round-trips binary files, exec output and spawn as in the original's test", function()
+      local ws = h.tempdir()
+      local sb = sandbox.open{program = SEED, profile = "fake/test", workspace = ws}
+      assert.same({"session_1", "/sandbox", true}, {sb.id, sb.cwd, sb.capabilities.exec})
+      sb:write_file("binary.bin", "\0\1\255")
+      assert.equal("\0\1\255", sb:read_file("binary.bin"))
+      local chunks = {}
+      local r = sb:exec{"ignored", on_stdout = function(c) chunks[#chunks + 1] = c end}
+      assert.same({0, "\0\1\255", "\254\0", true}, {r.exit_code, r.stdout, r.stderr, r.ok})
+      assert.same({"\0\1\255"}, chunks)
+      local events = {}
+      local p = sb:spawn{"ignored", on_event = function(ev) events[#events + 1] = ev end}
+      assert.equal("spawn_1", p.process_id)
+      assert.same({type = "started", process_id = "spawn_1"}, events[1])
+      sb:close()
+      sandbox.shutdown(SEED)
+      assert.same({"open", "write_file", "read_file", "exec", "spawn", "close", "shutdown"}, h.methods(ws))
+      assert.equal("AAH/", params_of(ws, "write_file").content_base64)
+    end)
+
+    it("sends open's fields as the original does, and the session itself to close", function()
+      local ws = h.tempdir()
+      local sb = sandbox.open{program = SEED, workspace = ws, group = "grp_1", cwd = "sub"}
+      sb:close()
+      local open, close = params_of(ws, "open"), params_of(ws, "close")
+      assert.same({provider = "auto", name = "default"}, open.profile)
+      assert.same({host_path = ws}, open.workspace_sync)
+      assert.equal("grp_1", open.metadata.sandbox_group_id)
+      assert.matches("^req_%x+$", open.metadata.request_id)
+      assert.equal("sub", open.cwd)
+      assert.same({id = "session_1", cwd = "/sandbox", capabilities = {exec = true}}, close)
+    end)
+
+    it("sends no extension field the session did not announce", function()
+      local ws = h.tempdir()
+      local sb = sandbox.open{program = SEED, workspace = ws}
+      local r = sb:exec{"x", timeout = 5, idle_timeout = 2, capture = false, stdin = "in"}
+      assert.is_nil(r.stdout)
+      assert.equal(0, r.exit_code)
+      local p = params_of(ws, "exec")
+      assert.is_nil(p.timeout_ms or p.idle_timeout_ms or p.max_output_bytes)
+      assert.equal(core.b64encode("in"), p.stdin_base64)
+      assert.equal(null, p.cwd)
+      assert.equal(null, p.env)
+    end)
+
+    it("refuses methods of capabilities the session did not announce", function()
+      local sb = sandbox.open{program = SEED, workspace = h.tempdir()}
+      local function unsupported(fn, op)
+        local e = h.catch(fn)
+        assert.is_true(errors.is(e, "unsupported"), tostring(e))
+        assert.equal(op, e.op)
+        assert.matches('does not announce the "[%w_]+" capability', e.message)
+      end
+      unsupported(function() sb:stat("a") end, "stat")
+      unsupported(function() sb:list_dir(".") end, "list_dir")
+      unsupported(function() sb:write_file("a", "x", {append = true}) end, "write_file")
+      local p = sb:spawn{"x"}
+      unsupported(function() p:wait() end, "wait")
+      unsupported(function() p:kill() end, "kill")
+      unsupported(function() p:write("x") end, "write_stdin")
+      unsupported(function() p:close_stdin() end, "write_stdin")
+    end)
+
+    it("closes idempotently, on <close>, and refuses use after close", function()
+      local ws = h.tempdir()
+      do
+        local sb <close> = sandbox.open{program = SEED, workspace = ws}
+        sb:close()
+        sb:close()
+        assert.has_error(function() sb:read_file("x") end, "sandbox: read_file: attempt to use a closed session")
+      end
+      do local _ <close> = sandbox.open{program = SEED, workspace = ws} end
+      assert.same({"open", "close", "open", "close"}, h.methods(ws))
+    end)
+
+    it("serves every session of one program from one provider process", function()
+      local a = sandbox.open{program = SEED, workspace = h.tempdir()}
+      local conn = sandbox.connection(SEED)
+      local b = sandbox.open{program = SEED, workspace = h.tempdir()}
+      assert.equal(conn, sandbox.connection(SEED))
+      assert.equal(conn, a._conn)
+      assert.equal(conn, b._conn)
+      a:close() b:close()
+      sandbox.shutdown(SEED)
+      assert.equal(0, conn.exit_code)
+      assert.is_false(h.alive(conn.pid))
+    end)
+
+    it("raises argument errors for misuse", function()
+      local sb = sandbox.open{program = SEED, workspace = h.tempdir()}
+      assert.has_error(function() sb:exec{} end, "sandbox: exec: argv is empty")
+      assert.has_error(function() sb:exec{"a", 3} end, "sandbox: exec: argv[2] must be a string")
+      assert.has_error(function() sb:write_file("a", 3) end, "sandbox: write_file: data must be a string")
+      assert.has_error(function() sandbox.open{program = SEED, profile = "nope"} end,
+        'sandbox.open: profile must be "PROVIDER/NAME", got "nope"')
+      assert.has_error(function() sb.read_file("x") end)
+    end)
+  end)
+
+  describe("with the fault provider", function()
+    local ws, sb
+    before_each(function()
+      ws = h.tempdir()
+      sb = sandbox.open{program = FAULT, workspace = ws}
+    end)
+
+    it("sends timeouts and capture = false where the session announces them", function()
+      local seen = {}
+      local r = sb:exec{"x", timeout = 5, idle_timeout = 0.25, capture = false,
+                        on_stdout = function(c) seen[#seen + 1] = c end}
+      assert.is_nil(r.stdout)
+      local p = params_of(ws, "exec")
+      assert.same({5000, 250, 0}, {p.timeout_ms, p.idle_timeout_ms, p.max_output_bytes})
+    end)
+
+    it("fails a request on an unknown event type, in the original's words", function()
+      local e = h.catch(sb.exec, sb, {"unknown_event"})
+      assert.equal("failed to run sandbox command `unknown_event`: protocol: unknown sandbox exec event type `bogus`",
+        tostring(e))
+      assert.equal("x", sb:exec{"x"}.stdout)   -- the connection still serves
+    end)
+
+    it("fails a request on invalid base64", function()
+      local e = h.catch(sb.exec, sb, {"bad_base64"})
+      assert.is_true(errors.is(e, "protocol"), tostring(e))
+      assert.matches("sandbox exec event contained invalid base64 data: invalid base64 at offset %d", e.message)
+    end)
+
+    it("fails every request in flight when the provider crashes; the next open starts a fresh one", function()
+      local old = sandbox.connection(FAULT)
+      local hang = task.spawn(function() return sb:exec{"hang"} end)
+      assert.is_true(h.wait_until(function() return next(old.pending) ~= nil end))
+      local t0 = core.now()
+      local e1 = h.catch(sb.exec, sb, {"crash", "7"})
+      local e2 = h.catch(hang.join, hang)
+      assert.is_true(core.now() - t0 < 3)
+      for _, e in ipairs{e1, e2} do
+        assert.is_true(errors.is(e, "provider_exited"), tostring(e))
+        assert.matches("exited with status 7", e.message)
+        assert.matches(FAULT:gsub("%p", "%%%0"), e.message)
+      end
+      assert.is_true(errors.is(h.catch(sb.read_file, sb, "a"), "provider_exited"))
+      sb:close()   -- its provider is gone: nothing to do, no error
+      local fresh = sandbox.open{program = FAULT, workspace = h.tempdir()}
+      assert.are_not.equal(old, fresh._conn)
+      assert.are_not.equal(old.pid, fresh._conn.pid)
+      assert.equal("x", fresh:exec{"x"}.stdout)
+    end)
+
+    it("reports a protocol error for a line that is not JSON, then starts afresh", function()
+      local e = h.catch(sb.exec, sb, {"not_json"})
+      assert.is_true(errors.is(e, "protocol"), tostring(e))
+      assert.matches("sent a line that is not valid JSON", tostring(e))
+      local fresh = sandbox.open{program = FAULT, workspace = h.tempdir()}
+      assert.equal("x", fresh:exec{"x"}.stdout)
+    end)
+
+    it("reports a protocol error for a reply to an unknown id", function()
+      local e = h.catch(sb.exec, sb, {"unknown_id"})
+      assert.is_true(errors.is(e, "protocol"), tostring(e))
+      assert.matches("unknown request id 999999", e.message)
+    end)
+
+    it("raises provider errors with the operation and path as context", function()
+      local e = h.catch(sb.read_file, sb, "dir/a.bin")
+      assert.equal("failed to read sandbox file `dir/a.bin`: not_found: no such file: dir/a.bin", tostring(e))
+    end)
+
+    it("sends kill for the process of a cancelled exec", function()
+      local t = task.spawn(function() return sb:exec{"hang"} end)
+      assert.is_true(h.wait_until(function() return params_of(ws, "exec") ~= nil end))
+      task.sleep(0.05)
+      t:cancel("enough")
+      local e = h.catch(t.join, t)
+      assert.equal("cancelled", e.code)
+      assert.is_true(h.wait_until(function() return params_of(ws, "kill") ~= nil end))
+      local kill = params_of(ws, "kill")
+      assert.same({"hang_1", "KILL", sb.id}, {kill.process_id, kill.signal, kill.session.id})
+    end)
+
+    it("never mixes the events of concurrent requests", function()
+      local got = {A = {}, B = {}}
+      local function run(tag)
+        return function()
+          return sb:exec{"interleave", tag, "5", "0.02",
+            on_stdout = function(c) table.insert(got[tag], c) end}.stdout
+        end
+      end
+      local out = task.all{run("A"), run("B")}
+      for i, tag in ipairs{"A", "B"} do
+        assert.same({tag .. " 1\n", tag .. " 2\n", tag .. " 3\n", tag .. " 4\n", tag .. " 5\n"}, got[tag])
+        assert.equal(table.concat(got[tag]), out[i])
+      end
+    end)
+  end)
+
+  it("fails clearly at open when the provider program does not exist", function()
+    local e = h.catch(sandbox.open, {program = "/nonexistent/smol-provider"})
+    assert.is_true(errors.is(e, "not_found"), tostring(e))
+    assert.matches("provider `/nonexistent/smol%-provider`", tostring(e))
+  end)
+
+  it("closes sessions and shuts providers down when the host exits", function()
+    local ws = h.tempdir()
+    local out, status = h.run_host(([[
+      local sb = require("smol.sandbox").open{program = %q, workspace = %q}
+      print("pid", sb._conn.pid)]]):format(FAULT, ws))
+    assert.equal(0, status, out)
+    local pid = assert(tonumber(out:match("pid\t(%d+)")), out)
+    assert.same({"open", "close", "shutdown"}, h.methods(ws))
+    assert.is_false(h.alive(pid))
+  end)
+
+  -- The same behaviour from every provider we have: the fault fixture
+  -- (part 1 only, canned commands) and the bundled one (real commands).
+  local providers = {
+    {name = "the fault fixture", program = FAULT,
+     interleave = function(tag) return {"interleave", tag, "5", "0.02"} end},
+  }
+  -- The bundled provider with its default profile (auto: bwrap where it
+  -- works) and with local/default (no namespaces).
+  for _, profile in ipairs{"auto/default", "local/default"} do
+    providers[#providers + 1] = {name = "the bundled provider, " .. profile, profile = profile,
+      program = core.bundled_provider(), real = true,
+      interleave = function(tag)
+        return {"sh", "-c", ("for i in 1 2 3 4 5; do echo %s $i; sleep 0.02; done"):format(tag)}
+      end}
+  end
+  for _, prov in ipairs(providers) do
+    describe("against " .. prov.name, function()
+      local sb
+      before_each(function()
+        if not prov.program then return end
+        sb = sandbox.open{program = prov.program, profile = prov.profile, workspace = h.tempdir()}
+      end)
+      after_each(function() if sb then sb:close() end end)
+
+      -- Only providers that run real commands get these.
+      local function it_real(name, fn)
+        if not prov.real then return end
+        it(name, function()
+          if not prov.program then return pending("not built: no smolwf-provider next to smolwf") end
+          fn()
+        end)
+      end
+      local function it_any(name, fn)
+        it(name, function()
+          if not prov.program then return pending("not built: no smolwf-provider next to smolwf") end
+          fn()
+        end)
+      end
+
+      it_any("runs two `sleep 1` execs in two tasks at once", function()
+        local t0 = core.now()
+        local rs = task.all{function() return sb:exec{"sleep", "1"} end,
+                            function() return sb:exec{"sleep", "1"} end}
+        local elapsed = core.now() - t0
+        assert.same({0, 0}, {rs[1].exit_code, rs[2].exit_code})
+        assert.is_true(elapsed < 1.7, ("took %.2f s"):format(elapsed))
+      end)
+
+      it_any("delivers concurrent requests' events to their own callbacks, in order", function()
+        local got = {A = {}, B = {}}
+        local function run(tag)
+          return function()
+            local spec = prov.interleave(tag)
+            spec.on_stdout = function(c) got[tag][#got[tag] + 1] = c end
+            return sb:exec(spec).stdout
+          end
+        end
+        local out = task.all{run("A"), run("B")}
+        for i, tag in ipairs{"A", "B"} do
+          assert.equal(tag .. " 1\n" .. tag .. " 2\n" .. tag .. " 3\n" .. tag .. " 4\n" .. tag .. " 5\n",
+            table.concat(got[tag]))
+          assert.equal(table.concat(got[tag]), out[i])
+        end
+      end)
+
+      it_any("round-trips binary file content", function()
+        local all = {}
+        for i = 0, 255 do all[#all + 1] = string.char(i) end
+        all = table.concat(all)
+        sb:write_file("bin.dat", all)
+        assert.equal(all, sb:read_file("bin.dat"))
+        sb:write_file("empty", "")
+        assert.equal("", sb:read_file("empty"))
+      end)
+
+      it_any("raises not_found for a missing file", function()
+        local e = h.catch(sb.read_file, sb, "no/such/file")
+        assert.is_true(errors.is(e, "not_found"), tostring(e))
+        assert.matches("^failed to read sandbox file `no/such/file`: not_found: ", tostring(e))
+      end)
+
+      it_real("returns exit code, stdout and stderr as data", function()
+        local r = sb:exec{"sh", "-c", "echo hi; echo err >&2; exit 3"}
+        assert.same({3, "hi\n", "err\n", false}, {r.exit_code, r.stdout, r.stderr, r.ok})
+      end)
+
+      it_real("passes env, cwd and stdin", function()
+        sb:create_dir_all("sub/dir")
+        local r = sb:exec{"sh", "-c", 'printf "%s:" "$A"; pwd; cat', cwd = "sub/dir", env = {A = "1"}, stdin = "\0\1in"}
+        assert.equal(0, r.exit_code)
+        assert.matches("^1:/.*sub/dir\n\0\1in$", r.stdout)
+      end)
+
+      it_real("creates and removes directories and temp dirs", function()
+        sb:create_dir_all("x/y/z")
+        sb:write_file("x/y/z/f", "data")
+        sb:remove("x")
+        assert.is_true(errors.is(h.catch(sb.read_file, sb, "x/y/z/f"), "not_found"))
+        local tmp = sb:create_temp_dir("build-")
+        assert.matches("build%-", tmp)
+        sb:write_file(tmp .. "/t", "t")
+        assert.equal("t", sb:read_file(tmp .. "/t"))
+      end)
+
+      it_real("spawns, writes to, waits for and kills processes", function()
+        local p = sb:spawn{"cat"}
+        p:write("abc")
+        p:close_stdin()
+        local r = p:wait()
+        assert.same({0, "abc"}, {r.exit_code, r.stdout})
+        local q = sb:spawn{"sleep", "30"}
+        q:kill("KILL")
+        local rq = q:wait()
+        assert.equal(137, rq.exit_code)
+      end)
+
+      it_real("streams output with capture off and keeps no copy", function()
+        local n = 0
+        local r = sb:exec{"sh", "-c", "head -c 3000000 /dev/zero", capture = false,
+                          on_stdout = function(c) n = n + #c end}
+        assert.equal(3000000, n)
+        assert.is_nil(r.stdout)
+      end)
+
+      it_real("reports wall timeouts", function()
+        local r = sb:exec{"sleep", "10", timeout = 0.2}
+        assert.equal("wall", r.timed_out)
+        assert.is_false(r.ok)
+      end)
+    end)
+  end
+end)

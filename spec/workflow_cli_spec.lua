@@ -1,0 +1,155 @@
+-- `smolwf run`: options, exit codes, plain scripts, Ctrl-C, the examples.
+-- Each case runs the real smolwf binary as a child process.
+local h = require "spec.workflow_helpers"
+local task = require "smol.task"
+local wf = require "smol.workflow"
+
+local FIX = "spec/fixtures/workflows/"
+
+local function run_cli(args, opts)
+  return h.smolwf(args, opts)
+end
+
+local function with_report_dir(args)
+  local dir = h.temp_dir()
+  local out = { "run", "--no-progress", "--report-dir", dir }
+  for _, a in ipairs(args) do out[#out + 1] = a end
+  return out, dir
+end
+
+describe("smolwf run", function()
+  after_each(h.cleanup)
+
+  it("prints its usage with --help", function()
+    local r = run_cli { "run", "--help" }
+    assert.are.equal(0, r.code)
+    assert.matches("usage: smolwf run %[OPTIONS%] FILE", r.stdout)
+    assert.matches("%-%-keep%-going", r.stdout)
+  end)
+
+  it("runs a plain script that returns no workflow, with its arguments", function()
+    local r = run_cli { "run", FIX .. "plain.lua", "a", "b" }
+    assert.are.equal(0, r.code)
+    assert.are.equal("plain\ttrue\ta\tb\n", r.stdout)
+  end)
+
+  it("exits 0 when every step succeeds and passes --param", function()
+    local args, dir = with_report_dir { "--param", "greeting=hi there", FIX .. "ok.lua" }
+    local r = run_cli(args)
+    assert.are.equal(0, r.code, r.stderr)
+    assert.matches("greeting=hi there", r.stderr)
+    assert.matches("workflow 'ok': success; report in " .. dir:gsub("%p", "%%%0"), r.stdout)
+  end)
+
+  it("exits 1 when a step fails", function()
+    local args = with_report_dir { FIX .. "fail.lua" }
+    local r = run_cli(args)
+    assert.are.equal(1, r.code)
+    assert.matches("workflow 'fail': failure", r.stdout)
+  end)
+
+  it("exits 2 for an invalid workflow, naming the problem", function()
+    local r = run_cli { "run", FIX .. "misspelled.lua" }
+    assert.are.equal(2, r.code)
+    assert.matches("step 'b': unknown field 'neeeds' %(did you mean 'needs'%?%)", r.stderr)
+    r = run_cli { "run", FIX .. "cycle.lua" }
+    assert.are.equal(2, r.code)
+    assert.matches("dependency cycle: a %-> b %-> a", r.stderr)
+  end)
+
+  it("exits 2 for usage errors and unknown steps", function()
+    assert.matches("unknown option '%-%-bogus'", run_cli({ "run", "--bogus", FIX .. "ok.lua" }).stderr)
+    local r = run_cli { "run", "--jobs", "zero", FIX .. "ok.lua" }
+    assert.are.equal(2, r.code)
+    assert.matches("%-%-jobs needs a positive integer, got 'zero'", r.stderr)
+    r = run_cli { "run", "--step", "nope", FIX .. "ok.lua" }
+    assert.are.equal(2, r.code)
+    assert.matches("unknown step 'nope' %(known steps: first, other, second%)", r.stderr)
+    r = run_cli { "run", "does/not/exist.lua" }
+    assert.are.equal(2, r.code)
+    assert.matches("does/not/exist.lua", r.stderr)
+  end)
+
+  it("raises on reads of undefined globals in a workflow file", function()
+    local r = run_cli { "run", FIX .. "undefined_global.lua" }
+    assert.are.equal(1, r.code)
+    assert.matches("undefined global 'job_count'", r.stderr)
+    assert.matches("undefined_global.lua:3", r.stderr)
+  end)
+
+  it("lists the steps as a tree, and prints a dry run in order", function()
+    local r = run_cli { "run", "--list", FIX .. "ok.lua" }
+    assert.are.equal(0, r.code)
+    assert.are.equal("first\n└── second\nother\n", r.stdout)
+    r = run_cli { "run", "--dry-run", "--step", "second", FIX .. "ok.lua" }
+    assert.are.equal(0, r.code)
+    assert.matches("2 step instances would run, in this order:\n  1%. first\n  2%. second  %(needs first%)\n$", r.stdout)
+  end)
+
+  it("writes one JSON event per line with --json", function()
+    if not wf.optional_module("smol.workflow.events") then
+      pending("smol.workflow.events is not written yet")
+      return
+    end
+    local dir = h.temp_dir()
+    local r = run_cli { "run", "--json", "--report-dir", dir, FIX .. "ok.lua" }
+    assert.are.equal(0, r.code, r.stderr)
+    local cjson = require "cjson"
+    local n = 0
+    for line in r.stdout:gmatch("[^\n]+") do
+      assert.is_table(cjson.decode(line))
+      n = n + 1
+    end
+    assert.is_true(n >= 8)
+  end)
+
+  it("on Ctrl-C cancels the steps, kills their processes, writes the report and exits 130", function()
+    local pidfile, dir = h.temp_dir(), h.temp_dir()
+    local r = run_cli({ "run", "--no-progress", "--report-dir", dir, "--param", "pidfile=" .. pidfile,
+      FIX .. "sleepy.lua" }, { on_started = function(proc)
+        task.spawn(function()
+          assert(h.wait_until(function() return h.read(pidfile) end, 10), "step never started")
+          proc:kill("INT")
+        end)
+      end })
+    assert.are.equal(130, r.code, r.stderr)
+    local pid = assert(tonumber(h.read(pidfile)))
+    assert.is_true(h.wait_until(function() return not h.alive(pid) end, 5))
+    if wf.optional_module("smol.workflow.report_json") then
+      local report = require("cjson").decode(assert(h.read(dir .. "/report.json")))
+      assert.are.equal("cancelled", report.result)
+    end
+  end)
+end)
+
+describe("the example workflows", function()
+  after_each(h.cleanup)
+
+  it("demo builds and tests a C program in the sandbox", function()
+    local args, dir = with_report_dir { "scripts/demo.lua" }
+    local r = run_cli(args)
+    assert.are.equal(0, r.code, r.stdout .. r.stderr)
+    local tarball = h.read(dir .. "/artifacts/package/calc.tar.gz")
+    assert.is_truthy(tarball and #tarball > 100)
+    assert.is_nil(io.open("scripts/demo/calc", "rb"), "the host's sources stay untouched")
+  end)
+
+  it("matrix_retry retries every flaky shard once", function()
+    local args = with_report_dir { "--jobs", "6", "scripts/matrix_retry.lua" }
+    local r = run_cli(args)
+    assert.are.equal(0, r.code, r.stdout .. r.stderr)
+  end)
+
+  it("extend finds the user's module through --path and SMOLWF_PATH", function()
+    local args = with_report_dir { "--path", "scripts/extend/lib", "scripts/extend.lua" }
+    local r = run_cli(args)
+    assert.are.equal(0, r.code, r.stdout .. r.stderr)
+    args = with_report_dir { "scripts/extend.lua" }
+    r = run_cli(args, { env = { PATH = os.getenv("PATH"), HOME = os.getenv("HOME"),
+      SMOLWF_PATH = "scripts/extend/lib" } })
+    assert.are.equal(0, r.code, r.stdout .. r.stderr)
+    r = run_cli(with_report_dir { "scripts/extend.lua" }, { env = { PATH = os.getenv("PATH") } })
+    assert.are.equal(1, r.code)
+    assert.matches("module 'checks' not found", r.stderr)
+  end)
+end)

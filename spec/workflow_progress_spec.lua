@@ -1,0 +1,208 @@
+-- The progress view (smol.workflow.progress): a live, timer-redrawn view in
+-- a terminal, plain step-prefixed lines otherwise (CI logs, NO_COLOR).
+local core = require "smol.core"
+local task = require "smol.task"
+local progress = require "smol.workflow.progress"
+local text = require "smol.workflow.text"
+
+local fixtures = (debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "fixtures/"
+local helpers = dofile(fixtures .. "report_helpers.lua")
+local workflow_run = dofile(fixtures .. "workflow_run.lua")
+
+local function plain_lines(s)
+  return helpers.lines(s)
+end
+
+local function index_of(lines, wanted)
+  for i, line in ipairs(lines) do if line == wanted then return i end end
+end
+
+describe("workflow progress, plain lines", function()
+  local dir
+  before_each(function() dir = helpers.tmpdir() end)
+  after_each(function() helpers.rmtree(dir) end)
+
+  it("prefixes every output line with its step id and marks finished steps", function()
+    local out = helpers.sink()
+    workflow_run.play(dir, {progress.new({out = out, live = false})})
+    local lines = plain_lines(out:text())
+    assert.are.equal("ci: 8 steps, jobs 4, report in " .. dir, lines[1])
+    for _, wanted in ipairs({
+      "[deps] started", "[deps] fetching deps", "[deps] ok", "✓  deps  390ms",
+      "[build] cc -c main.c", '[build] main.c:3: warning: <unused> & "odd"',
+      "[build] retrying in 500ms: sh: make -j2 exited with 75", "[build] started attempt 2",
+      "[build] second try", "✓  build  1.9s  2 attempts",
+      "[test[shard=2]] \u{FFFD}\u{FFFD} binary junk", "[test[shard=2]] FAIL line 60",
+      "✗  test[shard=2]  880ms  failed (exit 2): sh: make test SHARD=2 exited with 2",
+      "⏱  test[shard=3]  2.0s  timed out (exit 137): timed out after 2s",
+      "↷  package  skipped: needs failed: test[shard=2], test[shard=3]",
+    }) do
+      assert.is_not_nil(index_of(lines, wanted), wanted)
+    end
+    assert.is_true(index_of(lines, "[deps] ok") < index_of(lines, "✓  deps  390ms"))
+  end)
+
+  it("ends with the summary table and writes no escape sequence", function()
+    local out = helpers.sink()
+    workflow_run.play(dir, {progress.new({out = out, live = false})})
+    local s = out:text()
+    assert.is_nil(s:find("\27", 1, true))
+    assert.truthy(s:find("\n   STEP%s+STATUS"))
+    assert.truthy(s:find("ci failure in 4.8s", 1, true))
+    assert.is_nil(progress.new({out = helpers.sink(), live = false, summary = false}).summary)
+  end)
+
+  it("joins lines split across chunks and prints an unfinished last line at the end", function()
+    local out = helpers.sink()
+    local obs = progress.new({out = out, live = false, summary = false})
+    local inst = {id = "s", status = "running"}
+    local run = {instances = {inst}}
+    obs:step_output(run, inst, "stdout", "abc")
+    obs:step_output(run, inst, "stderr", "err\n")
+    obs:step_output(run, inst, "stdout", "def\nxyz")
+    inst.status, inst.duration = "success", 1
+    obs:step_finished(run, inst)
+    assert.are.same({"[s] err", "[s] abcdef", "[s] xyz", "✓  s  1.0s"}, plain_lines(out:text()))
+  end)
+
+  it("does not hold a huge line without a newline in memory", function()
+    local out = helpers.sink()
+    local obs = progress.new({out = out, live = false, summary = false})
+    local inst = {id = "big"}
+    for _ = 1, 20 do obs:step_output({}, inst, "stdout", string.rep("x", 8192)) end
+    assert.is_true(#out:text() >= 128 * 1024)
+    assert.is_nil(obs.partial["big\0stdout"])
+  end)
+end)
+
+describe("workflow progress, live view", function()
+  local dir
+  before_each(function() dir = helpers.tmpdir() end)
+  after_each(function() helpers.rmtree(dir) end)
+
+  local function start(obs, run, inst)
+    inst.status, inst.started_at, inst.attempts = "running", core.time(), {{started_at = core.time()}}
+    obs:step_started(run, inst, 1)
+  end
+
+  it("redraws from a timer at most 1/interval times a second, whatever the output rate", function()
+    local out = helpers.sink()
+    local obs = progress.new({out = out, live = true, width = 60, interval = 0.05, summary = false})
+    local a, b = {id = "compile"}, {id = "test[shard=1]"}
+    local run = {name = "t", started_at = core.time(), report_dir = dir, instances = {a, b}}
+    obs:run_started(run)
+    start(obs, run, a)
+    start(obs, run, b)
+    local t0, chunks = core.now(), 0
+    while core.now() - t0 < 0.5 do
+      for _ = 1, 100 do
+        chunks = chunks + 1
+        obs:step_output(run, a, "stdout", "\27[1mcompiling file_" .. chunks .. ".c\27[0m " .. string.rep("x", 80) .. "\n")
+      end
+      task.sleep(0.002)
+    end
+    local elapsed = core.now() - t0
+    assert.is_true(chunks > 2000, "only " .. chunks .. " chunks")
+    assert.is_true(obs.draws >= 3, "no redraws from the timer")
+    assert.is_true(obs.draws <= elapsed / 0.05 + 2, obs.draws .. " redraws in " .. elapsed .. "s")
+    assert.are.equal(obs.draws, select(2, out:text():gsub("\27%[J", "")) + 1)   -- the first draw erases nothing
+  end)
+
+  it("shows one line per running step with spinner, elapsed time and latest line, cut to the width", function()
+    local out = helpers.sink()
+    local obs = progress.new({out = out, live = true, width = 50, interval = 0.02, summary = false})
+    local a = {id = "compile"}
+    local run = {name = "t", started_at = core.time(), report_dir = dir, instances = {a}}
+    obs:run_started(run)
+    start(obs, run, a)
+    obs:step_output(run, a, "stdout", "first\nlatest line " .. string.rep("y", 100) .. "\n\n")
+    local before = obs.draws
+    while obs.draws == before do task.sleep(0.01) end
+    local last = out.parts[#out.parts]
+    local block = helpers.lines(last:gsub("^\27%[%d+F\27%[J", ""))
+    assert.are.equal(2, #block)   -- the step and the footer
+    local line = text.strip_ansi(block[1])
+    assert.matches("^[⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏] compile  %d+ms  latest line y+…$", line)
+    assert.are.equal(49, utf8.len(line))
+    assert.matches("1 running · 0 queued · 0/1 done", block[2])
+  end)
+
+  it("prints finished steps above the live block and stops its timer at the end", function()
+    local out = helpers.sink()
+    local obs = progress.new({out = out, live = true, width = 80, interval = 0.02})
+    local a = {id = "unit"}
+    local run = {name = "t", started_at = core.time(), report_dir = dir, instances = {a}}
+    obs:run_started(run)
+    start(obs, run, a)
+    task.sleep(0.05)
+    a.status, a.ended_at, a.duration, a.exit_code = "failed", core.time(), 0.05, 3
+    a.error = "sh: false exited with 3\nmore"
+    obs:step_finished(run, a)
+    run.ended_at, run.result = core.time(), "failure"
+    obs:run_finished(run)
+    local s = out:text()
+    assert.truthy(s:find("\27[31m✗\27[0m  unit  ", 1, true))
+    assert.truthy(s:find("failed (exit 3): sh: false exited with 3\27[0m\n", 1, true))
+    assert.truthy(s:find("   STEP", 1, true))
+    assert.is_nil(obs.timer)
+    local written = #out.parts
+    task.sleep(0.1)
+    assert.are.equal(written, #out.parts)
+  end)
+
+  it("folds many running steps into one line", function()
+    local out = helpers.sink()
+    local obs = progress.new({out = out, live = true, width = 80, interval = 0.01, summary = false})
+    local run = {name = "t", started_at = core.time(), report_dir = dir, instances = {}}
+    obs:run_started(run)
+    for i = 1, 20 do
+      run.instances[i] = {id = "s" .. i}
+      start(obs, run, run.instances[i])
+    end
+    local before = obs.draws
+    while obs.draws == before do task.sleep(0.01) end
+    assert.truthy(out.parts[#out.parts]:find("… and 8 more", 1, true))
+    obs:run_finished(run)
+  end)
+end)
+
+describe("workflow progress, choosing the view", function()
+  local script
+  before_each(function()
+    script = os.tmpname()
+    helpers.write(script, string.format([[
+      local fixture = dofile(%q)
+      fixture.play("/tmp", {require("smol.workflow.progress").new()})
+    ]], fixtures .. "workflow_run.lua"))
+  end)
+  after_each(function() os.remove(script) end)
+
+  -- Runs the script in a pseudo-terminal (util-linux `script`), with env prefix.
+  local function in_terminal(env)
+    local cmd = string.format("%s script -qec %q /dev/null", env,
+      string.format("%q %q", core.exe_path(), script))
+    local p = io.popen(cmd)
+    local s = p:read("a")
+    p:close()
+    return s
+  end
+
+  it("prints plain lines when stdout is not a terminal", function()
+    local p = io.popen(string.format("%q %q", core.exe_path(), script))
+    local s = p:read("a")
+    p:close()
+    assert.truthy(s:find("\n[deps] fetching deps\n", 1, true))
+    assert.is_nil(s:find("\27", 1, true))
+  end)
+
+  it("draws the live view in a terminal, and plain lines there with NO_COLOR", function()
+    if not core.isatty then pending("the host has no core.isatty yet: every run prints plain lines"); return end
+    if not helpers.which("script") then pending("util-linux `script` not installed"); return end
+    local live = in_terminal("TERM=xterm")
+    assert.truthy(live:find("\27[32m✓\27[0m  deps", 1, true))
+    assert.is_nil(live:find("[deps] fetching deps", 1, true))
+    local plain = in_terminal("TERM=xterm NO_COLOR=1")
+    assert.truthy(plain:find("[deps] fetching deps", 1, true))
+    assert.is_nil(plain:find("\27", 1, true))
+  end)
+end)

@@ -1,0 +1,99 @@
+-- The end-of-run summary table (smol.workflow.summary) and the text
+-- helpers it shares with the progress view and reports (smol.workflow.text).
+local summary = require "smol.workflow.summary"
+local text = require "smol.workflow.text"
+
+local fixtures = (debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "fixtures/"
+local helpers = dofile(fixtures .. "report_helpers.lua")
+local workflow_run = dofile(fixtures .. "workflow_run.lua")
+
+describe("workflow text helpers", function()
+  it("formats durations for people", function()
+    assert.are.equal("0ms", text.duration(0))
+    assert.are.equal("850ms", text.duration(0.85))
+    assert.are.equal("12.3s", text.duration(12.34))
+    assert.are.equal("2m05s", text.duration(125))
+    assert.are.equal("1h02m", text.duration(3725))
+    assert.are.equal("-", text.duration(nil))
+  end)
+
+  it("replaces invalid UTF-8 bytes and keeps valid text", function()
+    assert.are.equal("a\u{FFFD}b\u{FFFD}\u{FFFD}é", text.valid_utf8("a\xffb\xc0\x80é"))
+    assert.are.equal("déjà vu", text.valid_utf8("déjà vu"))
+  end)
+
+  it("makes program output safe for our terminal layout", function()
+    local line = text.terminal_line("\27[31mred\27[0m\tok\r\27]0;title\7 \1done\127")
+    assert.are.equal("red  ok done", line)
+    assert.is_nil(line:find("[%c]"))
+  end)
+
+  it("truncates by characters, marking the cut", function()
+    assert.are.equal("héllo", text.truncate("héllo", 5))
+    assert.are.equal("hél…", text.truncate("héllo", 4))
+    assert.are.equal(4, utf8.len(text.truncate("✓✓✓✓✓✓", 4)))
+  end)
+
+  it("escapes XML text and attributes", function()
+    assert.are.equal("a &lt;b&gt; &amp; \"c\"", text.xml_escape('a <b> & "c"'))
+    assert.are.equal("&quot;x&quot;&#10;&lt;", text.xml_escape('"x"\n<', true))
+    assert.are.equal("bell", text.xml_escape("be\7ll\27[1m"))
+  end)
+
+  it("keeps the last n lines", function()
+    assert.are.equal("c\nd", text.last_lines("a\nb\nc\nd\n", 2))
+    assert.are.equal("a", text.last_lines("a", 5))
+  end)
+end)
+
+describe("workflow summary", function()
+  local dir
+  before_each(function() dir = helpers.tmpdir() end)
+  after_each(function() helpers.rmtree(dir) end)
+
+  it("has one row per instance with mark, status, duration, attempts, exit code and note", function()
+    local run = workflow_run.play(dir, {})
+    local lines = helpers.lines(summary.render(run))
+    assert.matches("STEP%s+STATUS%s+TIME%s+TRIES%s+EXIT%s+NOTE", lines[1])
+    assert.matches("^✓  deps%s+ok%s+390ms%s+1%s+0$", lines[2])
+    assert.matches("^✓  build%s+ok%s+1%.9s%s+2%s+0$", lines[3])
+    assert.matches("^✗  test%[shard=2%]%s+failed%s+880ms%s+1%s+2  sh: make test SHARD=2 exited with 2$", lines[5])
+    assert.matches("^⏱  test%[shard=3%]%s+timed out%s+2%.0s%s+1%s+137  timed out after 2s$", lines[6])
+    assert.matches("^↷  package%s+skipped%s+%-%s+0%s+%-  needs failed", lines[8])
+    assert.are.equal(9 + 3, #lines)
+  end)
+
+  it("ends with the result, counts and the report directory", function()
+    local run = workflow_run.play(dir, {})
+    local out = summary.render(run)
+    assert.truthy(out:find("ci failure in 4.8s — 8 steps: 4 ok, 2 failed, 1 timed out, 1 skipped\n", 1, true))
+    assert.truthy(out:find("report: " .. dir .. "\n", 1, true))
+  end)
+
+  it("shows only the first line of a multi-line error", function()
+    local out = summary.render(workflow_run.play(dir, {}))
+    assert.is_nil(out:find("last stderr", 1, true))
+  end)
+
+  it("colours only when asked", function()
+    local run = workflow_run.play(dir, {})
+    assert.is_nil(summary.render(run):find("\27", 1, true))
+    local coloured = summary.render(run, {color = true})
+    assert.truthy(coloured:find("\27[31m✗\27[0m", 1, true))
+    assert.truthy(coloured:find("\27[32m✓\27[0m", 1, true))
+  end)
+
+  it("fits every line in the given width", function()
+    local run = workflow_run.play(dir, {})
+    for _, line in ipairs(helpers.lines(summary.render(run, {width = 40}))) do
+      if not line:find("^report:") and not line:find("^ci ") then
+        assert.is_true(utf8.len(line) <= 40, line)
+      end
+    end
+  end)
+
+  it("renders an empty run", function()
+    local out = summary.render({name = "empty", result = "success", instances = {}})
+    assert.truthy(out:find("empty success in - — 0 steps: \n", 1, true))
+  end)
+end)

@@ -1,0 +1,209 @@
+-- Workflow steps against the real bundled provider (local/default profile:
+-- the fastest, and its processes are host processes whose pids we can check).
+local wf = require "smol.workflow"
+local sandbox = require "smol.sandbox"
+local task = require "smol.task"
+local h = require "spec.workflow_helpers"
+
+local PROFILE = "local/default"
+
+local function run(def, opts)
+  opts = opts or {}
+  opts.report_dir = opts.report_dir or h.temp_dir()
+  if opts.reports == nil then opts.reports = false end
+  def.sandbox = def.sandbox or { profile = PROFILE }
+  return wf.run(wf.define(def), opts)
+end
+
+-- Counts the sessions a run opens.
+local function counting_open()
+  local counter = { n = 0 }
+  counter.open = function(spec)
+    counter.n = counter.n + 1
+    return sandbox.open(spec)
+  end
+  return counter
+end
+
+local function pid_file_step(name, pidfile, extra)
+  local s = { name = name, run = function(ctx)
+    ctx:sh("echo $$ > " .. pidfile .. "; exec sleep 30")
+  end }
+  for k, v in pairs(extra or {}) do s[k] = v end
+  return s
+end
+
+describe("workflow steps in a sandbox", function()
+  after_each(h.cleanup)
+
+  it("runs ctx:sh, streams its output to observers and records the exit code", function()
+    local chunks = {}
+    local obs = { step_output = function(_, _, inst, stream, chunk)
+      chunks[#chunks + 1] = inst.id .. " " .. stream .. " " .. chunk
+    end }
+    local r = run({ steps = { { name = "hello", run = function(ctx)
+      local res = ctx:sh("echo out; echo err >&2")
+      assert.are.equal("out\n", res.stdout)
+      return res.exit_code
+    end } } }, { observers = { obs } })
+    assert.are.equal("success", r.result)
+    assert.are.same({ "hello stdout out\n", "hello stderr err\n" }, chunks)
+    local inst = r.instances[1]
+    assert.are.equal(0, inst.exit_code)
+    assert.are.equal("err", inst.last_line)
+  end)
+
+  it("fails a step on a non-zero exit, naming the command, code and stderr tail", function()
+    local r = run { steps = { { name = "bad", run = function(ctx)
+      ctx:sh("for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo line$i >&2; done; exit 3")
+    end } } }
+    local inst = r.instances[1]
+    assert.are.equal("failed", inst.status)
+    assert.are.equal(3, inst.exit_code)
+    assert.matches("^command `for i in .*exit 3` failed with exit code 3\nlast lines of stderr:\nline3\n", inst.error)
+    assert.matches("line12$", inst.error)
+    assert.is_nil(inst.error:find("line2\n", 1, true))
+  end)
+
+  it("retries on the failing command's exit code", function()
+    local r = run { steps = { { name = "flaky",
+      retry = { attempts = 3, when = function(f) return f.exit_code == 75 end },
+      run = function(ctx) ctx:sh("if [ -e tried ]; then exit 0; fi; touch tried; exit 75") end } } }
+    local inst = r.instances[1]
+    assert.are.equal("success", inst.status)
+    assert.are.equal(2, #inst.attempts)
+    assert.are.equal(75, inst.attempts[1].exit_code)
+  end)
+
+  it("shares the workflow's session between steps; a step's own sandbox is separate", function()
+    local counter = counting_open()
+    local r = run({ steps = {
+      { name = "write", run = function(ctx) ctx:write_file("shared.txt", "from write") end },
+      { name = "read", needs = "write", run = function(ctx) return ctx:read_file("shared.txt") end },
+      { name = "own", needs = "write", sandbox = { profile = PROFILE },
+        run = function(ctx) return ctx:exec { "test", "-e", "shared.txt" }.exit_code end },
+      { name = "check", needs = { "read", "own" }, run = function(ctx)
+        assert.are.equal("from write", ctx.inputs.read)
+        assert.are.equal(1, ctx.inputs.own)
+      end },
+    } }, { open = counter.open })
+    assert.are.equal("success", r.result)
+    assert.are.equal(2, counter.n)
+  end)
+
+  it("opens no session for steps that never touch the sandbox", function()
+    local counter = counting_open()
+    local r = run({ steps = { { name = "pure", run = function() return 1 end } } }, { open = counter.open })
+    assert.are.equal("success", r.result)
+    assert.are.equal(0, counter.n)
+  end)
+
+  it("opens a shared session once when steps start together", function()
+    local counter = counting_open()
+    local steps = {}
+    for i = 1, 4 do
+      steps[i] = { name = "s" .. i, run = function(ctx) ctx:exec { "true" } end }
+    end
+    run({ jobs = 4, steps = steps }, { open = counter.open })
+    assert.are.equal(1, counter.n)
+  end)
+
+  it("fails every step of a session that cannot open, with the open error", function()
+    local r = run { sandbox = { profile = "nosuch/profile" }, steps = {
+      { name = "a", run = function(ctx) ctx:exec { "true" } end },
+    } }
+    assert.are.equal("failed", r.instances[1].status)
+    assert.matches("nosuch", r.instances[1].error)
+  end)
+
+  it("copies the workspace in and saves files and directories as artifacts", function()
+    local ws = h.temp_dir()
+    os.execute("mkdir -p " .. ws .. " && echo input > " .. ws .. "/in.txt")
+    local report = h.temp_dir()
+    local r = run({ sandbox = { profile = PROFILE, workspace = ws }, steps = {
+      { name = "make", run = function(ctx)
+        ctx:sh("mkdir -p out/sub && cp in.txt out/a.txt && printf '\\0\\1\\377' > out/sub/b.bin")
+        ctx:save_artifact("out")
+        ctx:save_artifact("in.txt", "renamed.txt")
+      end },
+    } }, { report_dir = report })
+    assert.are.equal("success", r.result)
+    assert.are.same({ "artifacts/make/out", "artifacts/make/renamed.txt" }, r.instances[1].artifacts)
+    assert.are.equal("input\n", h.read(report .. "/artifacts/make/out/a.txt"))
+    assert.are.equal("\0\1\255", h.read(report .. "/artifacts/make/out/sub/b.bin"))
+    assert.are.equal("input\n", h.read(report .. "/artifacts/make/renamed.txt"))
+  end)
+
+  it("saves artifacts in an always step after a failure", function()
+    local report = h.temp_dir()
+    local r = run({ steps = {
+      { name = "test", run = function(ctx)
+        ctx:sh("mkdir -p logs && echo 'test 3 failed' > logs/test.log && exit 1")
+      end },
+      { name = "collect", needs = "test", always = true,
+        run = function(ctx) ctx:save_artifact("logs/test.log") end },
+    } }, { report_dir = report })
+    assert.are.same({ test = "failed", collect = "success" }, h.statuses(r))
+    assert.are.equal("test 3 failed\n", h.read(report .. "/artifacts/collect/test.log"))
+  end)
+
+  it("refuses artifact names that leave the report directory", function()
+    local r = run { steps = { { name = "a", run = function(ctx)
+      ctx:write_file("x", "1")
+      ctx:save_artifact("x", "../../escape")
+    end } } }
+    assert.matches("artifact name '%.%./%.%./escape' must not contain '%.%.'", r.instances[1].error)
+  end)
+
+  it("kills a timed-out step's process", function()
+    local pidfile = h.temp_dir()
+    local r = run { steps = { pid_file_step("hang", pidfile, { timeout = 0.3 }) } }
+    local inst = r.instances[1]
+    assert.are.equal("timed_out", inst.status)
+    assert.matches("timed out after 0.3s", inst.error)
+    local pid = assert(tonumber(h.read(pidfile)))
+    assert.is_true(h.wait_until(function() return not h.alive(pid) end, 5))
+    assert.is_true(inst.duration < 5)
+  end)
+
+  it("cancels running steps when another fails, killing their processes", function()
+    local pidfile = h.temp_dir()
+    local r = run { steps = {
+      pid_file_step("slow", pidfile),
+      { name = "bad", run = function()
+        h.wait_until(function() return h.read(pidfile) end, 5)
+        error("bad step", 0)
+      end },
+    } }
+    assert.are.same({ slow = "cancelled", bad = "failed" }, h.statuses(r))
+    local pid = assert(tonumber(h.read(pidfile)))
+    assert.is_true(h.wait_until(function() return not h.alive(pid) end, 5))
+    assert.is_true(h.find(r, "slow").duration < 5)
+  end)
+
+  it("kills processes a step spawned and left running", function()
+    local pidfile = h.temp_dir()
+    local r = run { steps = { { name = "bg", run = function(ctx)
+      ctx:spawn { "sh", "-c", "echo $$ > " .. pidfile .. "; exec sleep 30" }
+      h.wait_until(function() return h.read(pidfile) end, 5)
+    end } } }
+    assert.are.equal("success", r.result)
+    local pid = assert(tonumber(h.read(pidfile)))
+    assert.is_true(h.wait_until(function() return not h.alive(pid) end, 5))
+  end)
+
+  it("runs matrix instances concurrently up to jobs", function()
+    local t0 = require("smol.core").now()
+    local r = run({ jobs = 4, steps = { { name = "nap", matrix = { n = { 1, 2, 3, 4 } },
+      run = function(ctx) ctx:sh("sleep 0.3") end } } })
+    assert.are.equal("success", r.result)
+    assert.is_true(require("smol.core").now() - t0 < 1.1)
+  end)
+
+  it("works when called from inside a task", function()
+    local r = task.spawn(function()
+      return run { steps = { { name = "a", run = function(ctx) return ctx:sh("echo hi").stdout end } } }
+    end):join()
+    assert.are.equal("success", r.result)
+  end)
+end)
