@@ -6,7 +6,9 @@
 ** exited and a result with no captured copy. Replies to the requests of
 ** one read are written together, as a real provider's replies batch up.
 */
+#define _GNU_SOURCE  /* F_SETPIPE_SZ */
 #include <cjson/cJSON.h>
+#include <fcntl.h>
 
 #include "base64.h"
 #include "bench_io.h"
@@ -81,6 +83,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: %s serve\n", argv[0]);
     return 2;
   }
+  /* A bigger pipe: fewer wake-ups of the host per streamed megabyte. */
+  (void)fcntl(1, F_SETPIPE_SZ, 1 << 20);
   out.buf = malloc(out.cap);
   linebuf lb;
   linebuf_init(&lb, 64u << 20);

@@ -14,8 +14,9 @@ and the request (`req:event{...}` sends an event), returns its result, or
 raises server.fail(code, message).
 
 What this example leaves out: the part-2 extensions (it announces none but
-"isolation": "none"), and race-free path checks (it checks each path
-component for symlinks, which a concurrent command could defeat).
+"isolation": "none"), and race-free path checks (it resolves symlinks
+itself, component by component, which a concurrent command could defeat;
+the bundled provider uses openat2 with RESOLVE_BENEATH instead).
 ]]
 local core = require "smol.core"
 local task = require "smol.task"
@@ -45,22 +46,40 @@ local function inside(path, dir)
   return path == dir or path:sub(1, #dir + 1) == dir .. "/"
 end
 
+local function area_of(s, full)
+  if not full then return nil end
+  if inside(full, s.workspace) then return s.workspace end
+  if inside(full, s.tmp) then return s.tmp end
+end
+
+local MAX_LINKS = 40
+
 -- The host path for a session path; refuses anything outside the
--- session's workspace and temp area, and symlinks on the way.
-local function resolve(s, path, op)
+-- session's workspace and temp area, following symlinks only while they
+-- stay inside (a final symlink itself is kept when keep_link is true).
+local function resolve(s, path, op, keep_link)
   local full = normalize(path:sub(1, 1) == "/" and path or (s.cwd .. "/" .. path))
-  if not full or not (inside(full, s.workspace) or inside(full, s.tmp)) then
-    server.fail("permission_denied", ("%s: `%s` is outside the sandbox"):format(op, path))
-  end
-  local base = inside(full, s.workspace) and s.workspace or s.tmp
-  local walked = base
-  for part in full:sub(#base + 2):gmatch("[^/]+") do
-    walked = walked .. "/" .. part
-    if lfs.symlinkattributes(walked, "mode") == "link" then
-      server.fail("permission_denied", ("%s: `%s` goes through a symlink"):format(op, path))
+  local base, links = area_of(s, full), 0
+  local walked, rest = base, full and full:sub(#(base or "") + 2) or ""
+  while base and rest ~= "" do
+    local part, tail = rest:match("^([^/]+)/?(.*)$")
+    local next_path = walked .. "/" .. part
+    local target = lfs.symlinkattributes(next_path, "target")
+    if keep_link and tail == "" then target = nil end
+    if target and links < MAX_LINKS then
+      links = links + 1
+      full = normalize((target:sub(1, 1) == "/" and target or (walked .. "/" .. target))
+        .. (tail ~= "" and "/" .. tail or ""))
+      base = area_of(s, full)
+      walked, rest = base, full and full:sub(#(base or "") + 2) or ""
+    else
+      walked, rest = next_path, tail
     end
   end
-  return full
+  if not base then
+    server.fail("permission_denied", ("%s: `%s` is outside the sandbox"):format(op, path))
+  end
+  return walked
 end
 
 local function session_of(params)
@@ -108,15 +127,14 @@ end
 
 local methods = {}
 
--- A session: ROOT/workspace (a copy of host_path) and ROOT/tmp.
-function methods.open(params)
-  counter = counter + 1
-  local root = assert(core.mkdtemp("/tmp/lua-provider-XXXXXX"))
-  local s = {id = "lua_" .. counter, root = root, workspace = root .. "/workspace",
-    tmp = root .. "/tmp", processes = {}}
-  assert(lfs.mkdir(s.workspace)) assert(lfs.mkdir(s.tmp))
-  s.cwd = s.workspace
-  sessions[s.id] = s
+local function remove_session(s)
+  for proc in pairs(s.processes) do proc:kill("KILL") end
+  sessions[s.id] = nil
+  run(s, {"rm", "-rf", "--", s.root}, {}, function() end)
+end
+
+-- Fills the new session s: the workspace copy, then its cwd.
+local function prepare(s, params)
   local host_path = params.workspace_sync and params.workspace_sync.host_path
   if host_path and host_path ~= "" then
     if not lfs.attributes(host_path) then server.fail("not_found", "workspace `" .. host_path .. "` does not exist") end
@@ -127,14 +145,28 @@ function methods.open(params)
     s.cwd = resolve(s, params.cwd, "open")
     if lfs.attributes(s.cwd, "mode") ~= "directory" then server.fail("not_found", "cwd `" .. params.cwd .. "` does not exist") end
   end
+end
+
+-- A session: ROOT/workspace (a copy of host_path) and ROOT/tmp; nothing
+-- is left behind when opening fails.
+function methods.open(params)
+  counter = counter + 1
+  local root = assert(core.mkdtemp("/tmp/lua-provider-XXXXXX"))
+  local s = {id = "lua_" .. counter, root = root, workspace = root .. "/workspace",
+    tmp = root .. "/tmp", processes = {}}
+  assert(lfs.mkdir(s.workspace)) assert(lfs.mkdir(s.tmp))
+  s.cwd = s.workspace
+  sessions[s.id] = s
+  local ok, err = pcall(prepare, s, params)
+  if not ok then
+    remove_session(s)
+    error(err, 0)
+  end
   return {id = s.id, cwd = s.cwd, capabilities = {exec = true, isolation = "none"}}
 end
 
 function methods.close(params)
-  local s = session_of(params)
-  for proc in pairs(s.processes) do proc:kill("KILL") end
-  sessions[s.id] = nil
-  run(s, {"rm", "-rf", "--", s.root}, {}, function() end)
+  remove_session(session_of(params))
   return {}
 end
 
@@ -204,7 +236,7 @@ end
 
 function methods.remove(params)
   local s = session_of(params)
-  local path = resolve(s, params.path, "remove")
+  local path = resolve(s, params.path, "remove", true)
   if not lfs.symlinkattributes(path, "mode") then server.fail("not_found", ("remove `%s`: no such file"):format(params.path)) end
   run(s, {"rm", "-rf", "--", path}, {}, function() end)
   return {}

@@ -66,6 +66,15 @@ describe("smol.jsonl", function()
     end
   end)
 
+  it("takes long payloads out of event lines intact, escaped or not", function()
+    local conn = start(FAULT)
+    open(conn)
+    local got
+    conn:request("exec", {argv = {"big", "5000"}}, function(ev) got = ev end)
+    assert.equal("stdout", got.type)
+    assert.equal(string.rep("//+A", 5000), got.data_base64)
+  end)
+
   it("raises the provider's error as a structured value", function()
     local conn = start(FAULT)
     open(conn)

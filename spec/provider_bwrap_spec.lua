@@ -148,14 +148,46 @@ describe("bwrap sessions of the bundled provider", function()
     assert.equal("still here\n", sh(sb, "echo still here").stdout)
   end)
 
-  it("kill every process of a session at close, daemons included", function()
+  it("kill every process of a session at close, daemons included, and remove its files", function()
     local marker = tostring(31000 + math.random(0, 999)) .. "." .. tostring(math.random(100, 999))
-    local sb = open()
+    local runtime = h.tempdir()
+    local program = wrapper{env = {XDG_RUNTIME_DIR = runtime}}
+    local sb = sandbox.open{program = program, profile = "bwrap/default", workspace = h.tempdir()}
     -- a background job and a double-forked daemon in its own session: both outlive their exec
-    assert.equal(0, sh(sb, "sleep " .. marker .. " & setsid sh -c 'sleep " .. marker .. " &' ; true").exit_code)
+    -- (their output goes elsewhere: an exec ends when its pipes close)
+    local quiet = " >/dev/null 2>&1 &"
+    local r = sh(sb, "echo data > /tmp/t; sleep " .. marker .. quiet ..
+                     " setsid sh -c 'sleep " .. marker .. quiet .. "'" .. quiet)
+    assert.equal(0, r.exit_code)
     assert.is_true(h.wait_until(function() return select(2, host_procs("sleep " .. marker):gsub("\n", "")) == 2 end))
+    local function session_dirs()
+      local p = io.popen("ls " .. h.shell_quote(runtime) .. "/smolwf-provider.*/ 2>/dev/null")
+      local out = p:read("a")
+      p:close()
+      return out
+    end
+    assert.equal("s1\n", session_dirs())
     sb:close()
     assert.equal("", host_procs("sleep " .. marker))
+    assert.equal("", session_dirs())
+    assert.equal("", host_procs("bwrap .*" .. runtime))
+  end)
+
+  it("fail their commands promptly, and still close, when the sandbox dies under them", function()
+    -- a private runtime dir makes this session's bwrap findable on the host, and only it
+    local runtime = h.tempdir()
+    local sb = sandbox.open{program = wrapper{env = {XDG_RUNTIME_DIR = runtime}},
+                            profile = "bwrap/default", workspace = h.tempdir()}
+    local sleeper = sb:spawn{"sleep", "30"}
+    local bwrap = host_procs("bwrap .*" .. runtime):match("^(%d+)")
+    assert.is_not_nil(bwrap)
+    assert(os.execute("kill -KILL " .. bwrap))
+    local r = sleeper:wait()
+    assert.equal(137, r.exit_code)
+    local e = h.catch(sb.exec, sb, {"true"})
+    assert.is_not_nil(e)
+    assert.matches("cannot start `true`", e.message)
+    sb:close()
   end)
 
   it("keep the provider's own environment out of commands", function()

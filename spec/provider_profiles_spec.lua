@@ -115,10 +115,10 @@ describe("provider profiles", function()
     local program = provider_with{profiles = {{name = "bwrap/small", limits = {
       cpu_seconds = 7, address_space = 1073741824, open_files = 64, processes = 4096, file_size = 1048576}}}}
     local sb = sandbox.open{program = program, profile = "bwrap/small", workspace = h.tempdir()}
-    -- dash's ulimit: -t seconds, -v KiB, -n files, -u processes, -f 512-byte blocks
-    local r = sh(sb, "ulimit -t; ulimit -v; ulimit -n; ulimit -u; ulimit -f")
+    -- dash's ulimit: -t seconds, -v KiB, -n files, -p processes, -f 512-byte blocks
+    local r = sh(sb, "ulimit -t; ulimit -v; ulimit -n; ulimit -p; ulimit -f")
     assert.equal("7\n1048576\n64\n4096\n2048\n", r.stdout)
-    r = sh(sb, "head -c 5000000 /dev/zero > /tmp/big")
+    r = sh(sb, "exec head -c 5000000 /dev/zero > /tmp/big")
     assert.equal("XFSZ", r.signal)
     assert.equal(128 + 25, r.exit_code)
     assert.equal(1048576, sb:stat("/tmp/big").size)
@@ -127,10 +127,23 @@ describe("provider profiles", function()
   it("caps each file at the session's disk allowance", function()
     local program = provider_with{profiles = {{name = "bwrap/disk", limits = {disk_bytes = 65536}}}}
     local sb = sandbox.open{program = program, profile = "bwrap/disk", workspace = h.tempdir()}
-    local r = sh(sb, "ulimit -f; head -c 100000 /dev/zero > big")
-    assert.equal("128\n", r.stdout)
+    assert.equal("128\n", sh(sb, "ulimit -f").stdout)
+    local r = sh(sb, "exec head -c 100000 /dev/zero > big")
     assert.equal("XFSZ", r.signal)
     assert.equal(65536, sb:stat("big").size)
+  end)
+
+  it("kills a session's commands once its files pass the disk allowance, and refuses new ones", function()
+    local program = provider_with{profiles = {{name = "bwrap/quota", limits = {disk_bytes = 1048576}}}}
+    local sb = sandbox.open{program = program, profile = "bwrap/quota", workspace = h.tempdir()}
+    -- many files, each under the per-file limit: only the session check can stop this
+    local r = sh(sb, "mkdir /tmp/fill; i=0; while [ $i -lt 300 ]; do " ..
+                     "head -c 100000 /dev/zero > /tmp/fill/$i || exit 9; i=$((i+1)); sleep 0.01; done")
+    assert.equal("KILL", r.signal)
+    local e = h.catch(sb.exec, sb, {"true"})
+    assert.is_true(errors.is(e, "limit_exceeded"), tostring(e))
+    sb:remove("/tmp/fill")
+    assert.equal(0, sb:exec{"true"}.exit_code)
   end)
 
   it("applies env and limits under a local base as well", function()
@@ -149,6 +162,17 @@ describe("provider profiles", function()
     assert.matches("/nonexistent/smolwf%-dir", e.message)
   end)
 
+  it("passes on bwrap's reason when a profile's sandbox cannot be built", function()
+    local program = provider_with{profiles = {{name = "bwrap/unmountable",
+      binds = {{host = h.tempdir(), sandbox = "/usr/smolwf-no-such-dir/x"}}}}}
+    local e = h.catch(sandbox.open, {program = program, profile = "bwrap/unmountable", workspace = h.tempdir()})
+    assert.is_true(errors.is(e, "internal"), tostring(e))
+    assert.matches("did not start: Can't mkdir parents for /usr/smolwf%-no%-such%-dir/x", e.message)
+    -- the provider is still serving
+    local sb = sandbox.open{program = program, profile = "bwrap/default", workspace = h.tempdir()}
+    assert.equal(0, sb:exec{"true"}.exit_code)
+  end)
+
   describe("a bad profiles file stops the provider with a message naming", function()
     local cases = {
       {"invalid JSON", "{\"profiles\": [", "invalid JSON at character"},
@@ -159,7 +183,7 @@ describe("provider profiles", function()
       {"a built-in name", {profiles = {{name = "bwrap/default"}}}, '"bwrap/default" is already defined'},
       {"an unknown base", {profiles = {{name = "ci/x", base = "ci/nope"}}}, 'unknown profile "ci/nope"'},
       {"a bwrap name on a local base", {profiles = {{name = "bwrap/x", base = "local/default"}}},
-       'a "bwrap/...." profile cannot be based on local/default'},
+       'a "bwrap/%.%.%." profile cannot be based on local/default'},
       {"no network without namespaces", {profiles = {{name = "local/x", network = false}}},
        "network: false needs a bwrap base profile"},
       {"binds on a local base", {profiles = {{name = "local/x", binds = {{host = "/opt"}}}}},

@@ -240,12 +240,90 @@ describe("server.program", function()
   it("makes a PROGRAM that sandbox.open can start (`PROGRAM serve`)", function()
     local program = server.program(PROBE)
     local sb = sandbox.open{program = program, workspace = "/tmp"}
-    finally(function() sb:close(); sandbox.shutdown(program) end)
+    finally(function() sb:close(); sandbox.shutdown(program); server.remove_programs(program) end)
     assert.same("probe_1", sb.id)
     sb:write_file("a.bin", "\0\1\255")
     assert.same("\0\1\255", sb:read_file("a.bin"))
     local r = sb:exec{"anything", stdin = "hello"}
     assert.same("hello", r.stdout)
     assert.same("\254\0", r.stderr)
+  end)
+end)
+
+describe("the example provider scripts/lua_provider.lua", function()
+  it("passes the provider conformance kit (part 1; it announces no extension)", function()
+    local conformance = require "smol.conformance"
+    local program = server.program("scripts/lua_provider.lua")
+    finally(function() server.remove_programs(program) end)
+    local failures = {}
+    local report = conformance.run{program = program, profile = "local/default",
+      on_result = function(r)
+        if r.status == "fail" then failures[#failures + 1] = conformance.format(r) end
+      end}
+    assert.same({}, failures)
+    assert.is_true(report.passed >= 60, "only " .. report.passed .. " checks passed")
+  end)
+
+  it("serves sessions through smol.sandbox", function()
+    local core_ = require "smol.core"
+    local ws = assert(core_.mkdtemp("/tmp/smolwf-luaprov-spec-XXXXXX"))
+    local f = assert(io.open(ws .. "/input.txt", "w"))
+    f:write("from the host\n")
+    f:close()
+    local program = server.program("scripts/lua_provider.lua")
+    local sb = sandbox.open{program = program, workspace = ws}
+    finally(function()
+      pcall(sb.close, sb)
+      sandbox.shutdown(program)
+      server.remove_programs(program)
+      require("smol.testing").remove_tree(ws)
+    end)
+    assert.same("none", sb.capabilities.isolation)
+    local r = sb:exec{"sh", "-c", "cat input.txt; pwd; echo oops >&2; exit 5", stdin = ""}
+    assert.same(5, r.exit_code)
+    assert.same("from the host\n" .. sb.cwd .. "\n", r.stdout)
+    assert.same("oops\n", r.stderr)
+    assert.same(127, sb:exec{"no-such-program-here"}.exit_code)
+    sb:create_dir_all("a/b")
+    sb:write_file("a/b/c.bin", "\0\1\255")
+    assert.same("\0\1\255", sb:read_file("a/b/c.bin"))
+    local ok, err = pcall(sb.read_file, sb, "../../etc/passwd")
+    assert.is_false(ok)
+    assert.same("permission_denied", err.code)
+    local root = sb.cwd:match("^(.*)/workspace$")
+    sb:close()
+    assert.is_nil(require("lfs").attributes(root), "the session directory outlived close")
+  end)
+end)
+
+describe("a Lua provider interrupted with Ctrl-C", function()
+  it("still closes its sessions (the example's session directory is removed)", function()
+    local lfs = require "lfs"
+    local ws = assert(core.mkdtemp("/tmp/smolwf-int-spec-XXXXXX"))
+    finally(function() require("smol.testing").remove_tree(ws) end)
+    local p = start("scripts/lua_provider.lua")
+    p:request(1, "open", {workspace_sync = {host_path = ws}})
+    local session = p:next().result
+    local root = session.cwd:match("^(.*)/workspace$")
+    assert.truthy(lfs.attributes(root))
+    p.proc:kill("INT")
+    local code = p:wait_exit()
+    assert.is_not.equal(0, code)
+    assert.is_nil(lfs.attributes(root), "the session directory outlived the provider")
+  end)
+end)
+
+describe("the README's hello provider", function()
+  it("answers exec with events, fails read_file, and closes by default", function()
+    local program = server.program("spec/fixtures/lua_provider_hello.lua")
+    finally(function() sandbox.shutdown(program); server.remove_programs(program) end)
+    local sb = sandbox.open{program = program}
+    local chunks = {}
+    local r = sb:exec{"anything", on_stdout = function(c) chunks[#chunks + 1] = c end}
+    assert.same({0, "hi\n", {"hi\n"}}, {r.exit_code, r.stdout, chunks})
+    local ok, err = pcall(sb.read_file, sb, "a")
+    assert.is_false(ok)
+    assert.same("failed to read sandbox file `a`: not_found: no such file `a`", tostring(err))
+    assert.has_no.errors(function() sb:close() end)
   end)
 end)

@@ -64,6 +64,11 @@ end
 
 describe("record and replay of a workflow run", function()
   local dir, ws, marker, recording
+  local runs = 0
+  local function new_report_dir()
+    runs = runs + 1
+    return dir .. "/report-" .. runs
+  end
   setup(function()
     dir = assert(core.mkdtemp("/tmp/smolwf-rr-spec-XXXXXX"))
     ws, marker, recording = dir .. "/ws", dir .. "/marker", dir .. "/run.jsonl"
@@ -75,12 +80,13 @@ describe("record and replay of a workflow run", function()
     testing.remove_tree(dir)
   end)
 
-  local recorded_run
+  local recorded_run, recorded   -- the run table, and its outcome read while its report exists
   it("records every line with timestamps and sessions", function()
     sandbox.shutdown()
     local rec = record.start(recording)
-    recorded_run = testing.run_workflow(define(ws, marker, "hello"))
+    recorded_run = testing.run_workflow(define(ws, marker, "hello"), {report_dir = new_report_dir()})
     rec:stop()
+    recorded = outcome(recorded_run)
     assert.truthy(lfs.attributes(marker))
     os.remove(marker)
     assert.same("success", recorded_run.result)   -- `broken` may fail (continue_on_error)
@@ -112,11 +118,11 @@ describe("record and replay of a workflow run", function()
     local handle = replay.install(recording)
     local replayed
     local programs = programs_started(function()
-      replayed = testing.run_workflow(define(ws, marker, "hello"))
+      replayed = testing.run_workflow(define(ws, marker, "hello"), {report_dir = new_report_dir()})
     end)
     handle:uninstall()
     sandbox.shutdown()
-    assert.same(outcome(recorded_run), outcome(replayed))
+    assert.same(recorded, outcome(replayed))
     assert.matches("^hello\n%d+\n$", outcome(replayed).hello.stdout)
     assert.is_nil(lfs.attributes(marker), "a command ran: the marker was written")
     assert.is_true(#programs >= 1)
@@ -127,7 +133,7 @@ describe("record and replay of a workflow run", function()
 
   it("fails a request the recording does not have, showing both side by side", function()
     local handle = replay.install(recording)
-    local run = testing.run_workflow(define(ws, marker, "goodbye"))
+    local run = testing.run_workflow(define(ws, marker, "goodbye"), {report_dir = new_report_dir()})
     handle:uninstall()
     sandbox.shutdown()
     local hello = run.by_id.hello
@@ -160,7 +166,10 @@ describe("the replay provider on its own", function()
 
     local program = replay.program(file)
     local again = sandbox.open{program = program, profile = "local/default", workspace = dir}
-    finally(function() sandbox.shutdown(program) end)
+    finally(function()
+      sandbox.shutdown(program)
+      require("smol.provider_server").remove_programs(program)
+    end)
     assert.same(sb.id, again.id)
     again:write_file("a.bin", "\0\1\255")
     local r2 = again:exec{"sh", "-c", "cat a.bin; echo; echo $$ >&2; exit 4"}

@@ -146,6 +146,12 @@ describe("smol.sandbox", function()
       assert.equal("x", sb:exec{"x"}.stdout)   -- the connection still serves
     end)
 
+    it("decodes long output events", function()
+      local chunks = {}
+      sb:exec{"big", "3000", on_stdout = function(c) chunks[#chunks + 1] = c end}
+      assert.same({string.rep("\255\255\128", 3000)}, chunks)
+    end)
+
     it("fails a request on invalid base64", function()
       local e = h.catch(sb.exec, sb, {"bad_base64"})
       assert.is_true(errors.is(e, "protocol"), tostring(e))

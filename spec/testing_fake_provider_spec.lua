@@ -143,7 +143,12 @@ describe("a workflow on a provider that crashes mid-exec", function()
     local fp = testing.fake_provider{
       exec = {events = {{type = "started"}, {type = "stdout", data = "compiling...\n"}}, crash = 9},
     }
-    finally(function() sandbox.shutdown(fp.program); fp:cleanup() end)
+    local report_dir = assert(require("smol.core").mkdtemp("/tmp/smolwf-fake-run-XXXXXX"))
+    finally(function()
+      sandbox.shutdown(fp.program)
+      fp:cleanup()
+      testing.remove_tree(report_dir)
+    end)
     local run = testing.run_workflow(wf.define{
       name = "crashy",
       sandbox = {program = fp.program, workspace = "/tmp"},
@@ -151,7 +156,7 @@ describe("a workflow on a provider that crashes mid-exec", function()
         {name = "build", run = function(ctx) ctx:sh("make") end},
         {name = "test", needs = {"build"}, run = function(ctx) ctx:sh("make test") end},
       },
-    })
+    }, {report_dir = report_dir})
     assert.same("failure", run.result)
     assert.same("failed", run.by_id.build.status)
     assert.matches("exited with status 9", run.by_id.build.error, 1, true)

@@ -142,6 +142,7 @@ describe("the SSH forwarding provider (scripts/ssh_provider.lua)", function()
 
   it("runs commands and file operations on the other side", function()
     local program = ssh_program(env, sshd.port)
+    finally(function() sandbox.shutdown(program); server.remove_programs(program) end)
     local before = provider_pids()
     local sb = sandbox.open{program = program, profile = "local/default", workspace = ws}
     local r = sb:exec{"sh", "-c", "cat hello.txt; echo $PPID >&2"}
@@ -172,6 +173,7 @@ describe("the SSH forwarding provider (scripts/ssh_provider.lua)", function()
     local program = ssh_program(env, 1)   -- nothing listens on port 1
     local ok, err = pcall(sandbox.open, {program = program, profile = "local/default", workspace = ws})
     sandbox.shutdown(program)
+    server.remove_programs(program)
     assert.is_false(ok)
     assert.same("io_error", err.code)
     assert.matches("open via ssh to 127.0.0.1", tostring(err), 1, true)

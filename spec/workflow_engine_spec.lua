@@ -248,7 +248,11 @@ describe("workflow engine", function()
 
   it("reports an observer's error once and keeps running", function()
     local bad = { step_started = function() error("observer bug") end }
-    local r = run({ steps = { step("a"), step("b") } }, { observers = { bad } })
+    local warnings = {}
+    local r = run({ steps = { step("a"), step("b") } }, { observers = { bad },
+      warn = function(msg) warnings[#warnings + 1] = msg end })
     assert.are.equal("success", r.result)
+    assert.are.equal(1, #warnings)
+    assert.matches("^observer error in step_started: .*observer bug", warnings[1])
   end)
 end)

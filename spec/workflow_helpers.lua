@@ -60,6 +60,11 @@ function M.wait_until(cond, seconds)
   return cond()
 end
 
+-- The pid a step's shell wrote to `path` (waits until it is complete).
+function M.read_pid(path, seconds)
+  return M.wait_until(function() return tonumber(M.read(path) or "") end, seconds)
+end
+
 -- True while the process `pid` exists and is not a zombie.
 function M.alive(pid)
   local stat = M.read("/proc/" .. tostring(pid) .. "/stat")

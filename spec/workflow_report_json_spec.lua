@@ -51,7 +51,8 @@ describe("workflow report.json", function()
     for _, inst in ipairs(report.instances) do
       for _, rel in pairs(inst.logs) do assert.is_not_nil(io.open(dir .. "/" .. rel)) end
     end
-    assert.are.same({stdout = "logs/deps.stdout.log", stderr = "logs/deps.stderr.log"}, report.instances[1].logs)
+    assert.are.same({stdout = "logs/deps.stdout.log"}, report.instances[1].logs)   -- it wrote no stderr
+    assert.are.same({stdout = "logs/build.stdout.log", stderr = "logs/build.stderr.log"}, report.instances[2].logs)
     assert.are.same({}, report.instances[7].logs)
     assert.are.same({"artifacts/test-logs"}, report.instances[8].artifacts)
   end)
@@ -69,6 +70,20 @@ describe("workflow report.json", function()
     local empty = {name = "empty", started_at = 1, ended_at = 2, result = "success", report_dir = dir, instances = {}}
     report_json.write(empty)
     assert.truthy(helpers.read(dir .. "/report.json"):find('"instances":[]', 1, true))
+  end)
+
+  it("writes odd user values (functions, NaN, cycles, mixed tables) as text", function()
+    local cycle = {}
+    cycle.self = cycle
+    local params = {fn = print, nan = 0 / 0, list = {1, "two"}, mixed = {1, x = 2}, cycle = cycle}
+    report_json.write({name = "odd", report_dir = dir, params = params, instances = {
+      {id = "m", step = "m", status = "success", matrix = {opts = {"-O2", "-g"}}, attempts = {}}}})
+    local got = cjson.decode(helpers.read(dir .. "/report.json"))
+    assert.matches("^function: ", got.params.fn)
+    assert.matches("nan", got.params.nan)
+    assert.are.same({1, "two"}, got.params.list)
+    assert.are.same({["1"] = 1, x = 2}, got.params.mixed)
+    assert.are.same({"-O2", "-g"}, got.instances[1].matrix.opts)
   end)
 
   it("creates a missing report directory", function()

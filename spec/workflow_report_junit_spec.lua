@@ -1,7 +1,7 @@
 -- junit.xml (smol.workflow.report_junit): one testcase per instance, in the
 -- JUnit shape CI parsers read; checked with an XML parser (lxp) and against
 -- the JUnit XSD in spec/fixtures/junit.xsd (xmllint).
-local lxp = require "lxp"
+local has_lxp, lxp = pcall(require, "lxp")
 local logs = require "smol.workflow.logs"
 local report_junit = require "smol.workflow.report_junit"
 
@@ -42,7 +42,17 @@ local function validate(path)
   return ok, out
 end
 
-describe("workflow junit.xml", function()
+-- Without lua-expat the parsing checks cannot run: say so instead of erroring.
+local describe_parsed = describe
+if not has_lxp then
+  describe_parsed = function(name)
+    describe(name, function()
+      it("needs an XML parser", function() pending("lua-expat (lxp) not installed: apt-get install lua-expat") end)
+    end)
+  end
+end
+
+describe_parsed("workflow junit.xml", function()
   local dir, suites
   before_each(function()
     dir = helpers.tmpdir()

@@ -32,6 +32,7 @@
 #include "backend.h"
 #include "bwrap_args.h"
 #include "bwrap_probe.h"
+#include "disk_cap.h"
 #include "process.h"
 #include "sandbox_helper.h"
 #include "session.h"
@@ -54,6 +55,9 @@ typedef struct bwrap_state {
   int bwrap_pidfd;
   uv_poll_t events_watch;
   bool watching;
+  uv_timer_t disk_timer;   /* measures the session while commands run (disk_cap.h) */
+  bool over_disk_cap;      /* commands were killed for it: refuse new ones until back under */
+  unsigned handles_open;   /* uv handles not closed yet: the state is freed after the last */
   bool broken;             /* the helper is gone: no more commands */
   uint64_t next_tag;
   running *running;        /* commands started and not yet exited */
@@ -150,25 +154,69 @@ static void helper_lost(bwrap_state *st) {
   }
 }
 
+/* ====================================================== the disk allowance */
+
+static bool has_disk_cap(const session *s) {
+  return s->profile->limits.disk_bytes > 0;
+}
+
+/* Over the allowance: every running command of the session is killed (disk_cap.h). */
+static void check_disk(session *s, bwrap_state *st) {
+  uint64_t used;
+  if (!disk_cap_exceeded(s, &used)) return;
+  if (!st->over_disk_cap)
+    fprintf(stderr, "smolwf-provider: session %s uses %llu bytes, over its disk cap of %llu: "
+            "killing its commands\n", s->id, (unsigned long long)used,
+            (unsigned long long)s->profile->limits.disk_bytes);
+  st->over_disk_cap = true;
+  for (size_t i = 0; i < st->nrunning; i++) kill(-st->running[i].p->pid, SIGKILL);
+}
+
+static void on_disk_timer(uv_timer_t *t) {
+  session *s = t->data;
+  check_disk(s, s->backend_data);
+}
+
+/* Measures while commands run; called whenever the set of running commands changes. */
+static void update_disk_timer(session *s, bwrap_state *st) {
+  if (!has_disk_cap(s)) return;
+  if (st->nrunning > 0 && !uv_is_active((uv_handle_t *)&st->disk_timer))
+    uv_timer_start(&st->disk_timer, on_disk_timer, DISK_CHECK_MS, DISK_CHECK_MS);
+  else if (st->nrunning == 0)
+    uv_timer_stop(&st->disk_timer);
+}
+
+/* A new command may start unless the session is (still) over its allowance. */
+static int disk_allows_start(session *s, bwrap_state *st) {
+  uint64_t used;
+  if (!st->over_disk_cap) return 0;
+  st->over_disk_cap = disk_cap_exceeded(s, &used);
+  return st->over_disk_cap ? -EDQUOT : 0;
+}
+
 static void on_events(uv_poll_t *h, int status, int events) {
   (void)status; (void)events;
-  bwrap_state *st = h->data;
+  session *s = h->data;
+  bwrap_state *st = s->backend_data;
   for (;;) {
     helper_reply r;
     int fd;
     ssize_t n = recv_reply(st->events_fd, &r, &fd, MSG_DONTWAIT);
     if (fd >= 0) close(fd);
-    if (n == -EAGAIN) return;
-    if (n <= 0 || r.type != HELPER_EXITED) { helper_lost(st); return; }
+    if (n == -EAGAIN) break;
+    if (n <= 0 || r.type != HELPER_EXITED) { helper_lost(st); break; }
     proc *p = untrack(st, r.tag);
     if (p) proc_exited(p, r.value);
   }
+  if (has_disk_cap(s) && !st->broken) check_disk(s, st);
+  update_disk_timer(s, st);
 }
 
 static void release_fds(bwrap_state *st);
 
 static void free_state(uv_handle_t *h) {
   bwrap_state *st = h->data;
+  if (--st->handles_open > 0) return;
   release_fds(st);
   free(st);
 }
@@ -184,20 +232,31 @@ static void stop_watching(bwrap_state *st) {
 /* Why a probe-approved sandbox still failed: what bwrap wrote on stderr. */
 static void startup_failure(int errfd, char *msg, size_t msglen) {
   char said[512];
-  ssize_t n = read(errfd, said, sizeof said - 1);
+  struct pollfd p = {errfd, POLLIN, 0};
+  /* bwrap has exited if it failed; if it hangs instead, do not hang with it */
+  ssize_t n = poll(&p, 1, 0) == 1 ? read(errfd, said, sizeof said - 1) : 0;
   said[n > 0 ? n : 0] = '\0';
   said[strcspn(said, "\n")] = '\0';
   snprintf(msg, msglen, "the bubblewrap sandbox did not start: %s",
            *said ? (strncmp(said, "bwrap: ", 7) == 0 ? said + 7 : said) : "no reason given");
 }
 
-/* Waits for the helper's HELLO (with its pidfd). 0, or -1 when the sandbox did not come up. */
-static int await_hello(bwrap_state *st) {
+static const char *self_exe(void);
+
+/*
+** Waits for the helper's HELLO (with its pidfd). 0, or -1 when the sandbox
+** did not come up (msg says why when it was the helper's build).
+*/
+static int await_hello(bwrap_state *st, char *msg, size_t msglen) {
   struct pollfd p = {st->events_fd, POLLIN, 0};
   if (poll(&p, 1, STARTUP_TIMEOUT_MS) <= 0) return -1;
   helper_reply hello;
   ssize_t n = recv_reply(st->events_fd, &hello, &st->helper_pidfd, MSG_DONTWAIT);
-  if (n > 0 && hello.type == HELPER_HELLO && st->helper_pidfd >= 0) return 0;
+  if (n > 0 && hello.type == HELPER_HELLO && st->helper_pidfd >= 0) {
+    if (hello.tag == helper_build_id()) return 0;
+    snprintf(msg, msglen, "the sandbox helper %s is not the running provider's build "
+             "(was the provider rebuilt since it started? restart it)", self_exe());
+  }
   if (st->helper_pidfd >= 0) close(st->helper_pidfd);
   st->helper_pidfd = -1;
   return -1;
@@ -250,29 +309,47 @@ static void release_fds(bwrap_state *st) {
   st->events_fd = st->helper_pidfd = st->bwrap_pidfd = -1;
 }
 
-/* Starts bwrap with the channel and waits for the helper. 0, or -1 with msg filled. */
-static int launch(session *s, bwrap_state *st, char *msg, size_t msglen) {
-  int control[2], events[2], err[2];
-  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, control) < 0) goto fail_errno;
-  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, events) < 0) goto fail_control;
-  if (pipe2(err, O_CLOEXEC) < 0) goto fail_events;
-  st->bwrap_pid = start_bwrap(s, control[1], events[1], err[1]);
-  close(control[1]); close(events[1]); close(err[1]);
+/* Starts bwrap on the child ends of the channel; keeps our ends. 0 or -1 with msg filled. */
+static int spawn_sandbox(session *s, bwrap_state *st, int errfd, char *msg, size_t msglen) {
+  int control[2], events[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, control) < 0) goto fail;
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, events) < 0) {
+    close(control[0]);
+    close(control[1]);
+    goto fail;
+  }
   st->control_fd = control[0];
   st->events_fd = events[0];
-  int rc = st->bwrap_pid > 0 ? 0 : -1;
-  if (rc == 0) st->bwrap_pidfd = (int)syscall(SYS_pidfd_open, st->bwrap_pid, 0);
-  if (rc == 0 && (rc = await_hello(st)) < 0) startup_failure(err[0], msg, msglen);
-  else if (rc < 0) snprintf(msg, msglen, "cannot start %s: %s", bwrap_program(), strerror(-st->bwrap_pid));
-  close(err[0]);
-  return rc;
-fail_events:
-  close(events[0]); close(events[1]);
-fail_control:
-  close(control[0]); close(control[1]);
-fail_errno:
+  st->bwrap_pid = start_bwrap(s, control[1], events[1], errfd);
+  close(control[1]);
+  close(events[1]);
+  if (st->bwrap_pid < 0) {
+    snprintf(msg, msglen, "cannot start %s: %s", bwrap_program(), strerror(-st->bwrap_pid));
+    return -1;
+  }
+  st->bwrap_pidfd = (int)syscall(SYS_pidfd_open, st->bwrap_pid, 0);
+  return 0;
+fail:
   snprintf(msg, msglen, "cannot create the sandbox channel: %s", strerror(errno));
   return -1;
+}
+
+/* Starts the sandbox and waits for the helper. 0, or -1 with msg filled. */
+static int launch(session *s, bwrap_state *st, char *msg, size_t msglen) {
+  int err[2];
+  if (pipe2(err, O_CLOEXEC) < 0) {
+    snprintf(msg, msglen, "cannot create a pipe: %s", strerror(errno));
+    return -1;
+  }
+  int rc = spawn_sandbox(s, st, err[1], msg, msglen);
+  close(err[1]);
+  if (rc == 0) {
+    msg[0] = '\0';
+    rc = await_hello(st, msg, msglen);
+    if (rc < 0 && !msg[0]) startup_failure(err[0], msg, msglen);
+  }
+  close(err[0]);
+  return rc;
 }
 
 static void set_views(session *s) {
@@ -297,6 +374,19 @@ static int check_binds(const profile *p, const char **code, char *msg, size_t ms
 
 static void bwrap_close(session *s);
 
+/* The loop's handles: exits from the helper, and the disk check. Their data is the session. */
+static void watch_sandbox(session *s, bwrap_state *st) {
+  uv_poll_init(s->loop, &st->events_watch, st->events_fd);
+  st->events_watch.data = s;
+  uv_poll_start(&st->events_watch, UV_READABLE, on_events);
+  st->watching = true;
+  st->handles_open++;
+  if (!has_disk_cap(s)) return;
+  uv_timer_init(s->loop, &st->disk_timer);
+  st->disk_timer.data = s;
+  st->handles_open++;
+}
+
 static int bwrap_open(session *s, const char **code, char *msg, size_t msglen) {
   const char *why;
   if (!bwrap_usable(&why)) {
@@ -314,10 +404,7 @@ static int bwrap_open(session *s, const char **code, char *msg, size_t msglen) {
     return -1;
   }
   set_timeouts(st->control_fd, REPLY_TIMEOUT_MS);
-  uv_poll_init(s->loop, &st->events_watch, st->events_fd);
-  st->events_watch.data = st;
-  uv_poll_start(&st->events_watch, UV_READABLE, on_events);
-  st->watching = true;
+  watch_sandbox(s, st);
   set_views(s);
   return 0;
 }
@@ -358,14 +445,14 @@ static char *encode_start(const spawn_spec *spec, uint64_t tag, size_t *len) {
 
 /* The pid a pidfd refers to, as seen from the provider's pid namespace; -1 if gone. */
 static pid_t host_pid(int pidfd) {
-  char path[64], line[256];
+  char path[64], info[1024];
   snprintf(path, sizeof path, "/proc/self/fdinfo/%d", pidfd);
-  FILE *f = fopen(path, "re");
-  pid_t pid = -1;
-  while (f && fgets(line, sizeof line, f))
-    if (sscanf(line, "Pid: %d", &pid) == 1) break;
-  if (f) fclose(f);
-  return pid;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  ssize_t n = fd < 0 ? -1 : read(fd, info, sizeof info - 1);
+  if (fd >= 0) close(fd);
+  info[n > 0 ? n : 0] = '\0';
+  const char *line = strstr(info, "\nPid:");
+  return line ? (pid_t)strtol(line + 5, NULL, 10) : -1;
 }
 
 static int send_start(bwrap_state *st, const spawn_spec *spec, uint64_t tag) {
@@ -404,6 +491,8 @@ static int channel_broken(bwrap_state *st, int err) {
 static int bwrap_start(session *s, proc *p, const spawn_spec *spec) {
   bwrap_state *st = s->backend_data;
   if (st->broken) return -EPIPE;
+  int allowed = disk_allows_start(s, st);
+  if (allowed < 0) return allowed;
   uint64_t tag = ++st->next_tag;
   int rc = send_start(st, spec, tag);
   if (rc == -E2BIG) return rc;
@@ -420,6 +509,7 @@ static int bwrap_start(session *s, proc *p, const spawn_spec *spec) {
   if (pid <= 0) return -ESRCH;
   p->pid = pid;
   track(st, tag, p);
+  update_disk_timer(s, st);
   return 0;
 }
 
@@ -444,12 +534,18 @@ static void bwrap_close(session *s) {
   free(st->running);
   st->running = NULL;
   st->nrunning = 0;
-  if (st->events_watch.loop) {   /* libuv still refers to the fd: close both in its callback */
-    stop_watching(st);
-    uv_close((uv_handle_t *)&st->events_watch, free_state);
-  } else {
+  if (st->handles_open == 0) {
     release_fds(st);
     free(st);
+    return;
+  }
+  /* libuv still refers to the fds: release them, and st, once the handles are closed. */
+  stop_watching(st);
+  st->events_watch.data = st;
+  uv_close((uv_handle_t *)&st->events_watch, free_state);
+  if (st->disk_timer.loop) {
+    st->disk_timer.data = st;
+    uv_close((uv_handle_t *)&st->disk_timer, free_state);
   }
 }
 

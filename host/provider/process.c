@@ -76,6 +76,7 @@ const char *signal_to_name(int signo) {
 /* ===== byte buffers ===== */
 
 static void bytes_append(bytes *b, const char *data, size_t n) {
+  if (n == 0) return;
   if (b->len + n > b->cap) {
     size_t cap = b->cap ? b->cap : 64 * 1024;
     while (cap < b->len + n) cap *= 2;

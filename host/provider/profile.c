@@ -9,7 +9,6 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -175,6 +174,20 @@ static int check_keys(const cJSON *obj, const char *const *known, const char *wh
 
 /* ====================================================== user profiles: binds */
 
+/* The sandbox side of a bind: absolute, clean, and clear of the sandbox's own areas. */
+static int check_bind_target(const char *target, const char *where, char *err, size_t errlen) {
+  if (!is_clean_absolute(target)) {
+    set_err(err, errlen, "%s.sandbox: must be a clean absolute path", where);
+    return -1;
+  }
+  const char *reserved = reserved_overlap(target);
+  if (reserved) {
+    set_err(err, errlen, "%s.sandbox: \"%s\" would cover the sandbox's own %s", where, target, reserved);
+    return -1;
+  }
+  return 0;
+}
+
 static int parse_bind(const cJSON *item, bind_mount *b, const char *where, char *err, size_t errlen) {
   static const char *const keys[] = {"host", "sandbox", "writable", NULL};
   if (!cJSON_IsObject(item)) {
@@ -190,15 +203,7 @@ static int parse_bind(const cJSON *item, bind_mount *b, const char *where, char 
     return -1;
   }
   const char *target = sandbox ? (cJSON_IsString(sandbox) ? sandbox->valuestring : "") : host->valuestring;
-  if (!is_clean_absolute(target)) {
-    set_err(err, errlen, "%s.sandbox: must be a clean absolute path", where);
-    return -1;
-  }
-  const char *reserved = reserved_overlap(target);
-  if (reserved) {
-    set_err(err, errlen, "%s.sandbox: \"%s\" would cover the sandbox's own %s", where, target, reserved);
-    return -1;
-  }
+  if (check_bind_target(target, where, err, errlen) < 0) return -1;
   if (writable && !cJSON_IsBool(writable)) {
     set_err(err, errlen, "%s.writable: must be true or false", where);
     return -1;
@@ -293,7 +298,7 @@ static const limit_field limit_fields[] = {
 /* JSON numbers are doubles: accept whole numbers from 1 up to 2^53. */
 static bool whole_positive(const cJSON *v) {
   return cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble <= 9007199254740992.0 &&
-         floor(v->valuedouble) == v->valuedouble;
+         (double)(uint64_t)v->valuedouble == v->valuedouble;
 }
 
 static int set_limit(limits *l, const cJSON *v, const char *where, char *err, size_t errlen) {

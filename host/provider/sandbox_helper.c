@@ -254,8 +254,15 @@ static int setup_signals(void) {
   return fd;
 }
 
+uint64_t helper_build_id(void) {
+  static const char stamp[] = __DATE__ " " __TIME__;   /* differs between builds */
+  uint64_t h = 1469598103934665603ull ^ sizeof(helper_start) ^ ((uint64_t)sizeof(limits) << 32);
+  for (const char *c = stamp; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+  return h;
+}
+
 static void say_hello(void) {
-  helper_reply hello = {HELPER_HELLO, 0, 0};
+  helper_reply hello = {HELPER_HELLO, 0, helper_build_id()};
   int self = (int)syscall(SYS_pidfd_open, getpid(), 0);
   if (self < 0) die("pidfd_open");
   int rc = send_with_fd(HELPER_EVENTS_FD, &hello, sizeof hello, self);
@@ -284,6 +291,7 @@ int sandbox_helper_main(int argc, char **argv) {
                           {HELPER_EVENTS_FD, npending ? POLLOUT : 0, 0}};
     if (poll(p, 3, -1) < 0 && errno != EINTR) die("poll");
     if (p[1].revents) reap_all(sigfd);
+    if (p[2].revents & (POLLHUP | POLLERR)) _exit(0);   /* the provider is gone */
     if (p[2].revents & POLLOUT) flush_exits();
     if ((p[0].revents & (POLLIN | POLLHUP)) && !serve_control()) _exit(0);
   }

@@ -74,6 +74,13 @@ typedef struct helper_reply {
 #define HELPER_CONTROL_FD 0
 #define HELPER_EVENTS_FD 1
 
+/*
+** Identifies the build: HELLO carries it, and the provider refuses a helper
+** of another build (its executable replaced on disk since it started, so
+** the structs above may differ).
+*/
+uint64_t helper_build_id(void);
+
 /* `smolwf-provider helper`: the helper's main. Returns only on a usage error. */
 int sandbox_helper_main(int argc, char **argv);
 

@@ -37,6 +37,7 @@ static struct {
   uv_signal_t signals[3];
   size_t queued;                     /* bytes handed to uv_write and not yet written */
   bool congested, stopping, out_failed;
+  bool abandon_output;               /* stopping on a signal: do not wait for a host that may not read */
 } srv;
 
 typedef struct outmsg {
@@ -52,7 +53,7 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
 /* ===== writing ===== */
 
 static void close_out_if_done(void) {
-  if (srv.stopping && srv.out_open && srv.queued == 0) {
+  if (srv.stopping && srv.out_open && (srv.queued == 0 || srv.abandon_output)) {
     srv.out_open = false;
     if (!srv.out_is_file) uv_close((uv_handle_t *)&srv.out.stream, NULL);
   }
@@ -76,7 +77,7 @@ static void on_written(uv_write_t *req, int status) {
   if (status < 0 && !srv.out_failed) {
     /* The host is gone: nobody will read another reply, so stop everything. */
     srv.out_failed = true;
-    fprintf(stderr, "smolwf-provider: writing to stdout: %s\n", uv_strerror(status));
+    if (status != UV_ECANCELED) fprintf(stderr, "smolwf-provider: writing to stdout: %s\n", uv_strerror(status));
     server_stop(NULL);
   }
   if (srv.congested && srv.queued < QUEUE_LOW) set_congested(false);
@@ -297,6 +298,7 @@ static int open_stream(int fd, uv_stream_t *stream, bool readable, bool *is_file
 static void on_signal(uv_signal_t *h, int signo) {
   (void)h;
   fprintf(stderr, "smolwf-provider: got SIG%s, closing every session\n", signal_to_name(signo));
+  srv.abandon_output = true;
   server_stop(NULL);
 }
 

@@ -4,11 +4,14 @@
 ** session's files.
 */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -38,13 +41,50 @@ static const char *runtime_base(void) {
   return "/tmp";
 }
 
+/*
+** A provider killed by SIGKILL cannot remove its root. Every root is named
+** after its provider's pid and locked (flock) for the provider's whole
+** life, so the next provider can tell an abandoned one: its pid is gone
+** and its lock can be taken. Roots of live providers, and roots of other
+** layouts, are never touched.
+*/
+static bool abandoned_root(int base_fd, const char *name, int *fd) {
+  long pid;
+  int end = 0;
+  /* "smolwf-provider.PID.XXXXXX", as session_provider_root() names them */
+  if (sscanf(name, "smolwf-provider.%ld.%n", &pid, &end) != 1 || end == 0 || strlen(name + end) != 6 || pid <= 0)
+    return false;
+  if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) return false;
+  *fd = openat(base_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  struct stat st;
+  if (*fd < 0) return false;
+  return fstat(*fd, &st) == 0 && st.st_uid == geteuid() && flock(*fd, LOCK_EX | LOCK_NB) == 0;
+}
+
+static void sweep_abandoned_roots(const char *base) {
+  DIR *d = opendir(base);
+  if (!d) return;
+  for (struct dirent *e; (e = readdir(d));) {
+    int fd = -1;
+    if (abandoned_root(dirfd(d), e->d_name, &fd)) tree_remove(dirfd(d), e->d_name);
+    if (fd >= 0) close(fd);
+  }
+  closedir(d);
+}
+
 const char *session_provider_root(void) {
   if (provider_root) return provider_root;
+  const char *base = runtime_base();
+  sweep_abandoned_roots(base);
   char tmpl[PATH_MAX];
-  snprintf(tmpl, sizeof tmpl, "%s/smolwf-provider.XXXXXX", runtime_base());
+  snprintf(tmpl, sizeof tmpl, "%s/smolwf-provider.%ld.XXXXXX", base, (long)getpid());
   if (!mkdtemp(tmpl)) return NULL;   /* mkdtemp makes it 0700 */
   provider_root_fd = open(tmpl, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (provider_root_fd < 0) { rmdir(tmpl); return NULL; }
+  if (provider_root_fd < 0 || flock(provider_root_fd, LOCK_EX | LOCK_NB) < 0) {
+    if (provider_root_fd >= 0) close(provider_root_fd);
+    rmdir(tmpl);
+    return NULL;
+  }
   provider_root = strdup(tmpl);
   return provider_root;
 }

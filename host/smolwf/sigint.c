@@ -18,12 +18,13 @@ static uv_async_t wake_loop;
 static volatile sig_atomic_t hook_allowed, wake_allowed;
 
 /*
-** Raises the interrupt error and stays armed: like Redis's killed-script
-** hook, a pcall in the script cannot swallow it and carry on.
+** Raises the interrupt error and stays armed on every line (and every
+** backward jump): like Redis's killed-script hook, so a pcall in a loop
+** cannot swallow it and carry on.
 */
 static void interrupt_hook(lua_State *L, lua_Debug *ar) {
   (void)ar;
-  lua_sethook(L, interrupt_hook, LUA_MASKCOUNT, 1000);
+  lua_sethook(L, interrupt_hook, LUA_MASKLINE, 0);
   host_push_interrupt_error(L);
   lua_error(L);
 }

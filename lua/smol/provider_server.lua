@@ -8,7 +8,8 @@
 -- (PROTOCOL.md). A handler returns its result table, or raises
 -- `server.fail(code, message)` (or any table with `code` and `message`, such
 -- as a smol.errors value) for an error reply; any other error becomes an
--- `internal` error reply and a traceback on stderr.
+-- `internal` error reply and a traceback on stderr. `shutdown` is always
+-- handled here, and `close` answers {} when the file has no `close`.
 --
 -- Bytes: every `X_base64` string in the params is also given decoded as `X`
 -- (`params.content`, `params.stdin`, `params.data`); in results and events a
@@ -116,6 +117,7 @@ function Server:check_method(msg)
   local method = msg.method
   local handler = self.methods[method] or self.methods["*"]
   if method == "shutdown" then handler = Server.shutdown_handler(self) end
+  if method == "close" and not handler then handler = function() return {} end end
   if not handler then return nil, "unknown_method", ("unknown method `%s`"):format(method) end
   local params, code, message = schema.check(method, msg.params)
   if not params then return nil, code, message end
@@ -263,8 +265,11 @@ function Server.shutdown_handler(self)
     self.closing = true
     self:drain(req)
     self:close_sessions()
-    if self.methods.shutdown then self.methods.shutdown(params, req) end
-    if req.id ~= false then req:reply({}) end
+    local own = self.methods.shutdown
+    local ok, err = true, nil
+    if own then ok, err = xpcall(own, capture, params, req) end
+    if not ok then self.log("provider: the provider's own shutdown failed: " .. tostring(err.message)) end
+    if req.id ~= false then req:reply({}) end   -- whatever happened, the provider goes
     self:finish()
   end
 end
@@ -304,6 +309,13 @@ function M.serve(methods, opts)
     write = function(line) core.write_stdout(line .. "\n") end,
     on_finish = function() done:set() end,
   })
+  -- Ctrl-C (or any error) ends the run without `shutdown`: the sessions
+  -- still get closed, so a Lua provider leaves nothing behind either.
+  task.at_exit(function()
+    if server.finished then return end
+    server.closing = true
+    server:close_sessions()
+  end)
   local reader = core.read_stdin{mode = "lines", max_line = opts.max_line or 256 * 1024 * 1024,
     on_data = function(line, err)
       if line then return server:handle_line(line) end
@@ -334,12 +346,15 @@ local function write_executable(path, content)
   end
 end
 
---- Removes the wrapper scripts made by M.program (also done at exit).
-function M.remove_programs()
+--- Removes the wrapper made by M.program (all of them without an
+-- argument; also done at exit).
+function M.remove_programs(path)
   for i = #wrappers, 1, -1 do
-    os.remove(wrappers[i].path)
-    os.remove(wrappers[i].dir)
-    wrappers[i] = nil
+    if path == nil or wrappers[i].path == path then
+      os.remove(wrappers[i].path)
+      os.remove(wrappers[i].dir)
+      table.remove(wrappers, i)
+    end
   end
 end
 

@@ -169,7 +169,11 @@ function M.install(path, opts)
     programs[program] = programs[program] or M.program(path, {ignore = opts.ignore, program = program})
     return original(programs[program], start_opts)
   end
-  return {uninstall = function() jsonl.start = original end}
+  return {uninstall = function()
+    jsonl.start = original
+    local server = require "smol.provider_server"
+    for _, program in pairs(programs) do server.remove_programs(program) end
+  end}
 end
 
 return M

@@ -55,7 +55,7 @@ end
 
 -- Strict base64 decode of a provider field; nil/absent is "".
 local function decode_b64(s, what)
-  if s == nil or s == null then return "" end
+  if s == nil or s == null or s == "" then return "" end
   if type(s) ~= "string" then protocol_error(what .. ": not a string") end
   local bytes, err = core.b64decode(s)
   if not bytes then protocol_error(what .. ": " .. tostring(err)) end
@@ -347,6 +347,26 @@ local function build_result(r, capture)
   return out
 end
 
+local OPTION_TYPES = {cwd = "string", stdin = "string", timeout = "number", idle_timeout = "number",
+  max_output_bytes = "number", capture = "boolean", env = "table",
+  on_stdout = "function", on_stderr = "function", on_event = "function"}
+
+local function check_options(spec, op)
+  for k, v in pairs(spec) do
+    local want = type(k) == "string" and OPTION_TYPES[k]
+    if type(k) == "string" and not want then
+      error(("sandbox: %s: unknown option %q"):format(op, k), 4)
+    elseif want and type(v) ~= want then
+      error(("sandbox: %s: option %s must be a %s, got %s"):format(op, k, want, type(v)), 4)
+    end
+  end
+  for k, v in pairs(spec.env or {}) do
+    if type(k) ~= "string" or type(v) ~= "string" then
+      error(("sandbox: %s: env must map strings to strings (bad entry %s)"):format(op, tostring(k)), 4)
+    end
+  end
+end
+
 local function check_argv(spec, op)
   if type(spec) ~= "table" then error(("sandbox: %s: expected a table {argv..., options}"):format(op), 3) end
   local argv = {}
@@ -355,6 +375,7 @@ local function check_argv(spec, op)
     argv[i] = a
   end
   if #argv == 0 then error(("sandbox: %s: argv is empty"):format(op), 3) end
+  check_options(spec, op)
   return argv
 end
 

@@ -13,9 +13,14 @@
 --   end)
 --
 -- testing.sandbox{...}        a session fixture (see Fixture below)
+-- testing.session_of(sb)      the session a fixture currently forwards to
+-- testing.check_no_leaks(s)   what the fixture checks after each close
 -- testing.golden(name, text)  compares with spec/golden/NAME (smol.testing.golden)
 -- testing.run_workflow(def_or_file, opts) -> run table (the report's data)
+-- testing.report_file(run, relative_path) -> content of a report file
 -- testing.fake_provider{...}  canned behaviours (smol.testing.fake_provider)
+-- testing.remove_tree(path)   rm -r without following symlinks
+-- See lua/smol/testing/README.md for the user's guide.
 local lfs = require "lfs"
 local assertions = require "smol.testing.assertions"
 local golden = require "smol.testing.golden"
@@ -32,23 +37,23 @@ testing.fake_provider = fake_provider.new
 
 --[[ The sandbox fixture ]]
 
--- busted's block functions (lazy_setup, before_each...) live in the
--- environment busted gives the spec file, not in _G: find that environment
--- through the _ENV upvalue of the calling describe body.
-local function busted_env()
-  for level = 3, 10 do
+-- busted's block functions (lazy_setup, before_each, finally...) live in
+-- the environment busted gives the spec file, not in _G: find that
+-- environment through the _ENV upvalue of a caller (the describe or it
+-- body). Returns nil outside busted.
+local function busted_env(wanted)
+  for level = 3, 12 do
     local info = debug.getinfo(level, "f")
     if not info then break end
     for i = 1, math.huge do
       local name, value = debug.getupvalue(info.func, i)
       if name == nil then break end
-      if name == "_ENV" and type(value) == "table" then
-        local ok, fn = pcall(function() return value.lazy_setup end)
+      if name == "_ENV" and type(value) == "table" and value ~= _G then
+        local ok, fn = pcall(function() return value[wanted] end)
         if ok and type(fn) == "function" then return value end
       end
     end
   end
-  error("testing.sandbox must be called inside a busted describe block", 3)
 end
 
 local OPEN_OPTIONS = {program = true, profile = true, workspace = true, cwd = true, group = true}
@@ -73,24 +78,51 @@ function Fixture:open()
   local spec = {}
   for k in pairs(OPEN_OPTIONS) do spec[k] = self.opts[k] end
   local open = self.opts.open or require("smol.sandbox").open
-  self.session = open(spec)
-  for path, content in pairs(self.opts.files or {}) do
+  local session = open(spec)
+  local ok, err = pcall(Fixture.write_files, session, self.opts.files or {})
+  if not ok then
+    pcall(session.close, session)   -- a half-prepared session must not stay open
+    error(err, 0)
+  end
+  self.session = session
+end
+
+function Fixture.write_files(session, files)
+  for path, content in pairs(files) do
     local dir = path:match("^(.*)/[^/]*$")
-    if dir then self.session:create_dir_all(dir) end
-    self.session:write_file(path, content)
+    if dir then session:create_dir_all(dir) end
+    session:write_file(path, content)
   end
 end
 
--- Processes whose working directory is inside `dir` (readable /proc only).
+-- Processes whose working directory is inside `dir` (readable /proc only;
+-- a removed directory reads as "DIR (deleted)").
 local function processes_in(dir)
   local found = {}
   for pid in lfs.dir("/proc") do
     if pid:match("^%d+$") then
       local cwd = lfs.symlinkattributes("/proc/" .. pid .. "/cwd", "target")
+      cwd = cwd and cwd:gsub(" %(deleted%)$", "")
       if cwd and (cwd == dir or cwd:sub(1, #dir + 1) == dir .. "/") then found[#found + 1] = pid end
     end
   end
   return found
+end
+
+-- How long killed processes may take to be gone after `close` answered
+-- (a SIGKILL is delivered asynchronously), in seconds.
+testing.leak_grace = 2
+
+-- Waits (polling /proc, bounded by leak_grace) until no process runs in dir.
+local function lingering_processes(dir)
+  local core, task = require "smol.core", require "smol.task"
+  local deadline = core.now() + testing.leak_grace
+  local pids = processes_in(dir)
+  while #pids > 0 and core.now() < deadline do
+    task.sleep(0.01)
+    pids = processes_in(dir)
+  end
+  return pids
 end
 
 --- Checks that a closed session left nothing behind. Only a session without
@@ -100,7 +132,7 @@ function Fixture.check_no_leaks(session)
   local caps = session.capabilities or {}
   local dir = session.cwd
   if caps.isolation ~= "none" or type(dir) ~= "string" or dir:sub(1, 1) ~= "/" then return end
-  local pids = processes_in(dir)
+  local pids = lingering_processes(dir)
   if #pids > 0 then
     error(("sandbox session %s leaked processes after close (pids %s running in %s)")
       :format(session.id, table.concat(pids, ", "), dir), 0)
@@ -128,6 +160,14 @@ local function with_argv(spec, r)
   return r
 end
 
+-- A spawned process whose wait() results carry its argv too.
+local function with_argv_on_wait(p)
+  if type(p) ~= "table" or type(p.wait) ~= "function" then return p end
+  local wait = p.wait
+  p.wait = function(proc, ...) return with_argv(proc.argv, wait(proc, ...)) end
+  return p
+end
+
 local fixtures = setmetatable({}, {__mode = "k"})   -- proxy -> fixture
 
 --- The session a fixture proxy currently forwards to (nil between tests of
@@ -152,6 +192,7 @@ local function new_proxy(fixture)
       return function(self, ...)
         if self == proxy then self = fixture.session end
         if key == "exec" then return with_argv(..., value(self, ...)) end
+        if key == "spawn" then return with_argv_on_wait(value(self, ...)) end
         return value(self, ...)
       end
     end,
@@ -169,8 +210,9 @@ end
 function testing.sandbox(opts)
   opts = opts or {}
   check_options(opts)
-  local env = busted_env()
-  local fixture = setmetatable({opts = opts}, Fixture)
+  local env = busted_env("lazy_setup")
+  if not env then error("testing.sandbox must be called inside a busted describe block", 2) end
+  local fixture = testing._new_fixture(opts)
   local function open() fixture:open() end
   local function close() fixture:close() end
   if opts.fresh then
@@ -180,7 +222,14 @@ function testing.sandbox(opts)
     env.lazy_setup(open)
     env.lazy_teardown(close)
   end
-  return new_proxy(fixture)
+  return fixture.proxy
+end
+
+-- A fixture not tied to busted (for the fixture's own specs).
+function testing._new_fixture(opts)
+  local fixture = setmetatable({opts = opts}, Fixture)
+  fixture.proxy = new_proxy(fixture)
+  return fixture
 end
 
 --[[ Workflows ]]
@@ -211,12 +260,13 @@ end
 
 local report_dirs = {}
 
+-- A temp report directory, removed at exit. (Not at the end of the test:
+-- busted keeps one `finally` per test, and it belongs to the spec.)
 local function temp_report_dir()
   local core = require "smol.core"
-  local task = require "smol.task"
   local dir = assert(core.mkdtemp((os.getenv("TMPDIR") or "/tmp") .. "/smolwf-test-run-XXXXXX"))
-  if #report_dirs == 0 and task.at_exit then
-    task.at_exit(function()
+  if #report_dirs == 0 then
+    require("smol.task").at_exit(function()
       for _, d in ipairs(report_dirs) do testing.remove_tree(d) end
     end)
   end
@@ -229,7 +279,8 @@ end
 -- run.report_dir with report.json, junit.xml and logs/. opts are those of
 -- smol.workflow's run() (jobs, steps, params, keep_going, observers,
 -- open...) plus `args` for a file. The report directory defaults to a new
--- temp directory; run.by_id maps instance ids to instances.
+-- temp directory removed at exit; run.by_id maps instance ids to
+-- instances.
 function testing.run_workflow(def_or_file, opts)
   local wf = require "smol.workflow"
   opts = opts or {}

@@ -73,11 +73,14 @@ end
 local function new_run(def, opts)
   local files = require "smol.workflow.files"
   local core = require "smol.core"
-  local instances, defs = wf.instances(def, opts.steps), {}
+  local instances, defs, taken = wf.instances(def, opts.steps), {}, {}
   for _, inst in ipairs(instances) do
     defs[inst.id] = inst.def
     inst.def = nil  -- the run table is data for writers: no functions in it
+    -- Distinct ids can sanitize to one name ("a/b", "a_b"): keep log names unique.
     local base = "logs/" .. files.safe_name(inst.id)
+    while taken[base] do base = base .. "_" end
+    taken[base] = true
     inst.logs = { stdout = base .. ".stdout.log", stderr = base .. ".stderr.log" }
   end
   local report_dir = opts.report_dir or default_report_dir()
@@ -116,8 +119,12 @@ opts (all optional):
   keep_going  a failure does not cancel independent steps
   report_dir  default .smolwf/runs/<timestamp>
   observers   list of observer tables (progress, events...)
+  warn        function(message) for problems that do not stop the run
+              (a failing observer, a session that would not close); default stderr
   reports     false: no log files and no report files
   open        function(sandbox_spec) -> session (default smol.sandbox.open)
+  on_abort    function(run) called when the run is cut short (Ctrl-C): at exit,
+              after the run was completed as "cancelled" and its reports written
 ]]
 function wf.run(def, opts)
   opts = opts or {}
@@ -126,9 +133,14 @@ function wf.run(def, opts)
   local sessions = require "smol.workflow.sessions"
   local run, defs = new_run(def, opts)
   local S = runner.new_state(run, { observers = report_observers(opts, run),
-    keep_going = opts.keep_going })
+    keep_going = opts.keep_going, warn = opts.warn })
   S.defs, S.sandbox = defs, def.sandbox or {}
   S.sessions = sessions.new(opts.open or require("smol.sandbox").open)
+  S.sessions.on_open = function() runner.ensure_exit_hook("session") end
+  S.on_abort = function()
+    if opts.reports ~= false then wf.write_reports(run) end
+    if opts.on_abort then opts.on_abort(run) end
+  end
   runner.drive(S)
   if opts.reports ~= false then wf.write_reports(run) end
   return run

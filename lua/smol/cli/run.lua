@@ -95,6 +95,7 @@ end
 local function load_workflow(opts)
   local arg_table = { [0] = opts.file }
   table.move(opts.script_args, 1, #opts.script_args, 1, arg_table)
+  arg = arg_table  -- the global too, as lua.c sets it, for modules that read it
   local chunk, err = env.load_file(opts.file, { arg = arg_table })
   if not chunk then
     io.stderr:write("smolwf run: ", err, "\n")
@@ -141,15 +142,19 @@ end
 local function print_summary(run, opts)
   local summary = wf.optional_module("smol.workflow.summary")
   local out = opts.json and io.stderr or io.stdout
-  if summary then out:write(summary.render(run, {}), "\n") end
-  out:write(("workflow '%s': %s; report in %s\n"):format(run.name, run.result, run.report_dir))
+  if summary then
+    out:write(summary.render(run, {}), "\n")
+  else
+    out:write(("workflow '%s': %s; report in %s\n"):format(run.name, run.result, run.report_dir))
+  end
 end
 
 local function run_workflow(def, opts)
   if opts.list then io.stdout:write(wf.tree(def), "\n"); return 0 end
   if opts.dry_run then print_dry_run(def, opts); return 0 end
   local run = wf.run(def, { jobs = opts.jobs, steps = opts.steps, params = opts.params,
-    keep_going = opts.keep_going, report_dir = opts.report_dir, observers = observers_for(opts) })
+    keep_going = opts.keep_going, report_dir = opts.report_dir, observers = observers_for(opts),
+    on_abort = function(run) print_summary(run, opts) end })
   print_summary(run, opts)
   return wf.exit_code(run)
 end

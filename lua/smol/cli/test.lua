@@ -50,12 +50,17 @@ local function start(opts)
 end
 
 -- busted reads the global `arg`, and exits the process itself when a test
--- fails; it returns when everything passed.
+-- fails; it returns when everything passed. Modules loaded before busted
+-- starts survive its per-file insulation (which unloads what a spec file
+-- loaded): one task scheduler with its exit hooks, one provider pool.
 local function run_busted(busted_args)
+  for _, name in ipairs{"smol.task", "smol.jsonl", "smol.sandbox", "smol.testing"} do require(name) end
   local saved = _G.arg
   _G.arg = busted_args
   busted_args[0] = "smolwf test"
-  require("busted.runner")({standalone = false})
+  -- busted names itself after the file that calls its runner: this chunk.
+  local call = load("require('busted.runner')({standalone = false})", "@smolwf test")
+  call()
   _G.arg = saved
 end
 

@@ -42,23 +42,84 @@ local function write_stdin_then_wait(ctx)
   if not pid then return false, "spawn answers a process_id", expect.reply(sreq) end
   local w = ctx:op("write_stdin", {process_id = pid, data_base64 = b64("hello\n"), eof = true})
   local req = ctx:op("wait", {process_id = pid})
-  local problem = expect.is_result(w) and (wait_problem(req) or nil) or expect.reply(w)
+  local problem
+  if expect.is_result(w) then problem = wait_problem(req)
+  else problem = "write_stdin answered " .. expect.reply(w) end
   local ok = not problem and req.result.exit_code == 0 and out_of(req) == "got:hello\n"
   return ok, 'write_stdin {}; wait: output, exited, exit_code 0, stdout "got:hello\\n"',
     problem or expect.reply(req)
 end
 
+--[[
+wait with timeout_ms answers running while the process runs; repeated
+until "one\n" has come (however slow this machine is), then the process
+is let go and the last wait must carry only what came after: "two\n".
+]]
 local function wait_running_then_rest(ctx)
   local pid, sreq = spawn(ctx, "echo one; read x; echo two")
   if not pid then return false, "spawn answers a process_id", expect.reply(sreq) end
-  local first = ctx:op("wait", {process_id = pid, timeout_ms = 500})
+  local early, bad = {}, nil
+  for _ = 1, 20 do
+    local w = ctx:op("wait", {process_id = pid, timeout_ms = 200})
+    if not (expect.is_result(w) and w.result.running == true) or wait_problem(w, true) then
+      bad = "a wait answered " .. expect.reply(w)
+      break
+    end
+    early[#early + 1] = out_of(w)
+    if table.concat(early) == "one\n" then break end
+  end
   ctx:op("write_stdin", {process_id = pid, eof = true})
-  local second = ctx:op("wait", {process_id = pid})
-  local ok = expect.is_result(first) and first.result.running == true
-    and out_of(first) == "one\n" and not wait_problem(first, true)
-    and expect.is_result(second) and out_of(second) == "two\n" and not wait_problem(second)
-  return ok, 'first wait {running: true, stdout "one\\n"}; second stdout "two\\n", exited',
-    "first " .. expect.reply(first) .. "; second " .. expect.reply(second)
+  local last = ctx:op("wait", {process_id = pid})
+  local ok = not bad and table.concat(early) == "one\n" and expect.is_result(last)
+    and out_of(last) == "two\n" and not wait_problem(last)
+  return ok, 'waits {running: true} delivering "one\\n", then a last wait with only "two\\n"',
+    bad or string.format("early waits delivered %s; last %s", expect.show(table.concat(early)),
+      expect.reply(last))
+end
+
+local function spawn_with_stdin(ctx)
+  local pid, sreq = spawn(ctx, "cat", {stdin_base64 = b64("fed to stdin")})
+  if not pid then return false, "spawn answers a process_id", expect.reply(sreq) end
+  local req = ctx:op("wait", {process_id = pid}, {timeout = 5})
+  return expect.equal("fed to stdin", out_of(req) or expect.reply(req), "stdout")
+end
+
+local DROP_TOTAL, DROP_KEEP = 3 * 1024 * 1024, 1024 * 1024
+
+-- Bytes dropped and output delivered by a wait, or nil and what was wrong.
+local function dropped_and_kept(req)
+  local dropped, first_output = 0, nil
+  for i, ev in ipairs(req.events) do
+    if ev.type == "dropped" then
+      if first_output or ev.stream ~= "stdout" then return nil, "dropped event " .. i .. " misplaced" end
+      dropped = dropped + (tonumber(ev.bytes) or 0)
+    elseif ev.type == "stdout" then
+      first_output = first_output or i
+    end
+  end
+  return dropped, events.collected(req, "stdout")
+end
+
+--[[
+Output nobody waited for is kept up to 1 MiB per stream: a process writes
+3 MiB, finishes (a file it writes last says so), and only then is waited:
+a `dropped` event first, then the newest bytes, all adding up.
+]]
+local function spawned_output_bounded(ctx)
+  local done_file = "drop-done-" .. ctx.env.token
+  local pid, sreq = spawn(ctx, "head -c " .. DROP_TOTAL .. " /dev/zero; : > " .. done_file)
+  if not pid then return false, "spawn answers a process_id", expect.reply(sreq) end
+  for _ = 1, 200 do   -- up to 10 s
+    if expect.is_result(ctx:op("read_file", {path = done_file})) then break end
+    wire.sleep(0.05)
+  end
+  local req = ctx:op("wait", {process_id = pid})
+  local dropped, kept = dropped_and_kept(req)
+  local ok = dropped and kept and #kept <= DROP_KEEP and #kept > 0
+    and dropped + #kept == DROP_TOTAL and not wait_problem(req)
+  return ok, "dropped {stream: stdout, bytes: N} first, then at most 1 MiB; N + kept = 3 MiB",
+    string.format("dropped %s, kept %s bytes; events [%s]", expect.show(dropped),
+      kept and #kept or tostring(kept), events.types_of(req):sub(1, 80))
 end
 
 local function kill_then_wait(ctx, signal, code)
@@ -293,6 +354,8 @@ return {
   {name = "process", needs = "process", checks = {
     {"write_stdin reaches a spawned command; wait answers its output and exit", write_stdin_then_wait},
     {"wait with timeout_ms answers running, then each byte once", wait_running_then_rest},
+    {"spawn with stdin_base64 feeds it, then end of file", spawn_with_stdin},
+    {"output nobody waited for is bounded: dropped, then the newest 1 MiB", spawned_output_bounded},
     {"kill KILL ends the process with 137", kill_kill},
     {"kill without a signal sends TERM (143)", kill_default_term},
     {"after wait returned the exit, wait and kill are unknown_process", forgotten_after_exit},

@@ -17,6 +17,7 @@ context.__index = context
 
 local null = cjson.null
 local TEARDOWN_TIMEOUT = 2   -- seconds for each close and for the provider to exit
+local STUCK_GRACE = 1        -- seconds a provider that already failed to answer gets to exit
 
 -- The variable set in the provider's environment that commands must not see.
 context.LEAK_NAME = "SMOLWF_CONFORMANCE_LEAK"
@@ -62,13 +63,20 @@ function context:open_session(extra, conn)
   return req, s
 end
 
--- Closes a session opened by open_session; returns the request record.
--- wrapped: send {session = SESSION} instead of the session itself.
-function context:close_session(session, conn, wrapped)
+-- Teardown will not close this session (a check closes it its own way).
+function context:forget_session(session)
   for _, entry in ipairs(self.sessions) do
     if entry.session == session then entry.closed = true end
   end
-  return (conn or self.conn):call("close", wrapped and {session = session} or session)
+end
+
+-- Closes a session opened by open_session; returns the request record.
+-- wrapped: send {session = SESSION} instead of the session itself;
+-- timeout: seconds to wait for the reply (default: the connection's).
+function context:close_session(session, conn, wrapped, timeout)
+  self:forget_session(session)
+  return (conn or self.conn):call("close", wrapped and {session = session} or session,
+    {timeout = timeout})
 end
 
 local function with_session(self, params)
@@ -143,16 +151,18 @@ local function run_check(self, check)
   return r
 end
 
+-- Closes what the checks left open; a stuck provider is not asked twice.
 local function teardown(self)
   for _, entry in ipairs(self.sessions) do
-    if not entry.closed and not entry.conn.exited then
+    if not entry.closed and not entry.conn.exited and not entry.conn.stuck then
       entry.conn:call("close", entry.session, {timeout = TEARDOWN_TIMEOUT})
     end
   end
   for _, conn in ipairs(self.conns) do
-    if not conn:stop(TEARDOWN_TIMEOUT) then
+    if not conn:stop(conn.stuck and STUCK_GRACE or TEARDOWN_TIMEOUT) then
       conn.violations[#conn.violations + 1] = "provider did not exit within "
-        .. TEARDOWN_TIMEOUT .. "s of shutdown and end of input (killed)"
+        .. (conn.stuck and STUCK_GRACE or TEARDOWN_TIMEOUT)
+        .. "s of shutdown and end of input (killed)"
     end
   end
 end

@@ -43,6 +43,9 @@ end
 -- What a request record came to: "result {...}", "error CODE: message", "no reply (...)".
 function expect.reply(req)
   if req.lost then return "no reply (" .. req.lost .. ")" end
+  if not req.done then
+    return "no reply" .. (req.waited and string.format(" within %gs", req.waited) or " yet")
+  end
   if req.error ~= nil then
     local e = req.error
     if type(e) ~= "table" then return "error " .. expect.show(e) end
@@ -52,7 +55,7 @@ function expect.reply(req)
 end
 
 function expect.is_result(req)
-  return not req.lost and req.error == nil and type(req.result) == "table"
+  return req.done and not req.lost and req.error == nil and type(req.result) == "table"
 end
 
 function expect.error_code(req)

@@ -19,6 +19,7 @@ json.decode_max_depth(64)          -- a provider's replies are shallow; {} encod
 
 -- Default deadline for one request, in seconds.
 wire.DEFAULT_TIMEOUT = 10
+wire.STUCK_TIMEOUT = 2
 
 local MAX_LINE = 256 * 1024 * 1024
 local STDERR_TAIL = 40
@@ -64,8 +65,9 @@ local function deliver(self, msg, line)
   local req = self.pending[msg.id]
   if not req then
     local done = self.finished[msg.id]
+    local ok, id_text = pcall(json.encode, msg.id)
     note_violation(self, (done and "reply after the terminal line of id "
-      or "reply for unknown id ") .. tostring(msg.id) .. ": " .. line:sub(1, 200))
+      or "reply for unknown id ") .. (ok and id_text or "?") .. ": " .. line:sub(1, 200))
     return
   end
   if msg.event ~= nil then
@@ -173,7 +175,8 @@ end
 
 --[[
 Sends a request and returns its record without waiting: {id, method,
-events = {...}, done, result, error, lost, seq}. opts.id picks the id
+events = {...}, done, result, error, lost (why it never got a reply: the
+provider exited or its stdin closed), seq}. opts.id picks the id
 (any JSON value), opts.on_event(ev) sees events as they arrive, and
 opts.discard_events keeps them out of req.events (for long streams).
 ]]
@@ -194,18 +197,26 @@ function wire:send(method, params, opts)
   return req
 end
 
--- Waits for req's terminal line; false when the deadline passed first.
+-- Waits for req's terminal line; false when the deadline passed first
+-- (req.waited then says how long; a late reply still completes it).
+--
+-- Once a request went unanswered, the provider is likely stuck behind it:
+-- later default waits on this connection are cut to STUCK_TIMEOUT, so a
+-- wedged provider fails its remaining checks quickly.
 function wire:wait(req, seconds)
-  return wire.wait_until(function() return req.done end, seconds or wire.DEFAULT_TIMEOUT)
+  seconds = seconds or (self.stuck and wire.STUCK_TIMEOUT or wire.DEFAULT_TIMEOUT)
+  local done = wire.wait_until(function() return req.done end, seconds)
+  if not done then
+    req.waited = (req.waited or 0) + seconds
+    self.stuck = true
+  end
+  return done
 end
 
--- send + wait. The record says what came back (req.lost on a timeout or exit).
+-- send + wait (opts.timeout in seconds). The record says what came back.
 function wire:call(method, params, opts)
   local req = self:send(method, params, opts)
-  local seconds = opts and opts.timeout or wire.DEFAULT_TIMEOUT
-  if not self:wait(req, seconds) then
-    req.lost = string.format("no reply within %gs", seconds)
-  end
+  self:wait(req, opts and opts.timeout)
   return req
 end
 

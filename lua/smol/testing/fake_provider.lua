@@ -22,8 +22,9 @@
 --   error   an error reply: a code string, or {code = ..., message = ...}
 --   result  the result table (default {})
 --   calls   a list of behaviours, one per call, the last one repeating
--- `open`, `close` and `shutdown` have working defaults; any other method
--- without a behaviour answers `unknown_method`.
+-- `open`, `close` and `shutdown` have working defaults (options:
+-- `capabilities` and `session_cwd` of the sessions `open` answers); any
+-- other method without a behaviour answers `unknown_method`.
 --
 -- The provider runs in its own process (`smolwf provider serve`), so
 -- functions are copied there: their upvalues are copied by value as they are
@@ -66,11 +67,12 @@ end
 local Fake = {}
 Fake.__index = Fake
 
---- Removes the generated provider file (the process belongs to the
+--- Removes the generated provider files (the process belongs to the
 -- sandbox pool, which shuts it down). Also done at exit.
 function Fake:cleanup()
   if self.removed then return end
   self.removed = true
+  require("smol.provider_server").remove_programs(self.program)
   os.remove(self.script)
   os.remove(self.dir)
 end

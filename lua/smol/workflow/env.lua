@@ -25,11 +25,13 @@ function M.new(extra)
   return setmetatable(env, STRICT_MT)
 end
 
+-- "-" reads the script from stdin, as lua.c does.
 local function read_source(path)
-  local f, err = io.open(path, "rb")
+  local f, err = io.stdin, nil
+  if path ~= "-" then f, err = io.open(path, "rb") end
   if not f then return nil, ("cannot open %s"):format(err) end
   local src = f:read("a")
-  f:close()
+  if f ~= io.stdin then f:close() end
   -- A "#!" first line is not Lua; comment it out, keeping line numbers.
   if src:sub(1, 2) == "#!" then src = "--" .. src:sub(3) end
   return src
@@ -40,7 +42,7 @@ end
 function M.load_file(path, extra)
   local src, err = read_source(path)
   if not src then return nil, err end
-  return load(src, "@" .. path, "t", M.new(extra))
+  return load(src, path == "-" and "=stdin" or ("@" .. path), "t", M.new(extra))
 end
 
 return M

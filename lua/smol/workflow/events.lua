@@ -22,7 +22,7 @@ end
 local function step_list(run)
   local steps = {}
   for i, inst in ipairs(run.instances or {}) do
-    steps[i] = {id = inst.id, name = inst.step, matrix = inst.matrix,
+    steps[i] = {id = inst.id, name = inst.step, matrix = jsontext.plain(inst.matrix),
                 needs = jsontext.array(inst.needs), timeout = inst.timeout}
   end
   return jsontext.array(steps)
@@ -30,11 +30,11 @@ end
 
 function Observer:run_started(run)
   self:emit{type = "run_started", run = run.name, started_at = run.started_at, jobs = run.jobs,
-            params = run.params, report_dir = run.report_dir, steps = step_list(run)}
+            params = jsontext.plain(run.params or {}), report_dir = run.report_dir, steps = step_list(run)}
 end
 
 function Observer:step_queued(_, inst)
-  self:emit{type = "step_queued", step = inst.id, name = inst.step, matrix = inst.matrix}
+  self:emit{type = "step_queued", step = inst.id, name = inst.step, matrix = jsontext.plain(inst.matrix)}
 end
 
 function Observer:step_started(_, inst, attempt_no)

@@ -31,6 +31,36 @@ function M.opt(value)
   return value
 end
 
+local MAX_DEPTH = 16
+
+local function is_array(t)
+  local n = #t
+  for k in pairs(t) do
+    if math.type(k) ~= "integer" or k < 1 or k > n then return false end
+  end
+  return n > 0
+end
+
+--- A JSON-safe copy of user data (params, matrix values): strings, finite
+--- numbers and booleans stay; arrays and string-keyed tables are copied;
+--- anything else (functions, NaN, cycles, mixed tables' odd keys) becomes its
+--- tostring, so one odd value cannot cost the user the whole report.
+function M.plain(v, depth)
+  if v == nil then return nil end
+  depth = depth or 0
+  local t = type(v)
+  if t == "string" or t == "boolean" then return v end
+  if t == "number" then return (v == v and v ~= math.huge and v ~= -math.huge) and v or tostring(v) end
+  if t ~= "table" or depth >= MAX_DEPTH or getmetatable(v) ~= nil then return tostring(v) end
+  local out = {}
+  if is_array(v) then
+    for i = 1, #v do out[i] = M.plain(v[i], depth + 1) end
+  else
+    for k, x in pairs(v) do out[tostring(k)] = M.plain(x, depth + 1) end
+  end
+  return out
+end
+
 --- The JSON text of value; raises with the reason when it cannot be encoded.
 function M.encode(value)
   local text = json.encode(value)

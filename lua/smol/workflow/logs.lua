@@ -2,11 +2,13 @@
 -- in log files in the report directory: logs/<id>.stdout.log and
 -- logs/<id>.stderr.log (relative to run.report_dir, as inst.logs says).
 --
--- Files open when an instance starts its first attempt and close when it
--- finishes (or when the run finishes, for instances cut short). A retry
--- appends a marker line, so the log shows every attempt in order. ctx.log
--- messages go to the stderr log, marked "[log]", next to the output they
--- explain.
+-- A stream's file is created at its first byte, so a step that prints
+-- nothing costs no file (creating files is the slow part of a run of many
+-- small steps), and closed when the instance finishes (or when the run
+-- finishes, for instances cut short). Each attempt after the first starts
+-- with a marker line in every stream it writes, so the log shows the
+-- attempts in order. ctx.log messages and retry notes go to the stderr log,
+-- marked "[log]" and "[retry]", next to the output they explain.
 local reportdir = require "smol.workflow.reportdir"
 
 local M = {}
@@ -20,29 +22,34 @@ function M.path_for(id, stream)
   return "logs/" .. safe .. "." .. stream .. ".log"
 end
 
--- One open log file: its handle and whether the last byte written ended a line.
-local function open_log(path, mode)
-  local f, err = io.open(path, mode)
+local function open_log(path)
+  local f, err = io.open(path, "wb")
   if not f then error(string.format("report: cannot write step log `%s`: %s", path, err), 0) end
   return {file = f, at_line_start = true}
 end
 
+-- Writes data, remembering whether it ended a line.
 local function write(log, data)
   if #data == 0 then return end
   log.file:write(data)
   log.at_line_start = data:sub(-1) == "\n"
 end
 
--- A line of our own (retry marker, ctx.log) always starts on a fresh line.
+-- A line of our own (attempt marker, ctx.log) always starts on a fresh line.
 local function write_line(log, line)
   if not log.at_line_start then write(log, "\n") end
   write(log, line .. "\n")
+end
+
+local function attempt_marker(n)
+  return string.format("----- attempt %d -----", n)
 end
 
 local Observer = {}
 Observer.__index = Observer
 
 function Observer:run_started(run)
+  self.report_dir = run.report_dir
   reportdir.ensure_dir(reportdir.join(run.report_dir, "logs"))
 end
 
@@ -60,46 +67,58 @@ function Observer:log_paths(inst)
   return paths
 end
 
-function Observer:step_started(run, inst, attempt_no)
-  local open = self.open[inst]
-  if not open then
-    local paths = self:log_paths(inst)
-    open = {}
-    for _, stream in ipairs(STREAMS) do
-      open[stream] = open_log(reportdir.join(run.report_dir, paths[stream]), "wb")
-    end
-    self.open[inst] = open
+-- The open log of one stream of a started instance, created on first use.
+function Observer:log_of(inst, stream)
+  local state = self.open[inst]
+  if not state then return nil end
+  local log = state[stream]
+  if not log then
+    local rel = self:log_paths(inst)[stream]
+    log = open_log(reportdir.join(self.report_dir, rel))
+    state[stream] = log
+    -- Its first bytes come from a later attempt: say which.
+    if state.attempt > 1 then write_line(log, attempt_marker(state.attempt)) end
   end
-  if attempt_no and attempt_no > 1 then
-    for _, stream in ipairs(STREAMS) do
-      write_line(open[stream], string.format("----- attempt %d -----", attempt_no))
-    end
+  return log
+end
+
+function Observer:step_started(_, inst, attempt_no)
+  attempt_no = attempt_no or 1
+  local state = self.open[inst]
+  if not state then
+    self.open[inst] = {attempt = attempt_no}
+    return
+  end
+  state.attempt = attempt_no
+  for _, stream in ipairs(STREAMS) do
+    if state[stream] then write_line(state[stream], attempt_marker(attempt_no)) end
   end
 end
 
 function Observer:step_output(_, inst, stream, chunk)
-  local open = self.open[inst]
-  if open and open[stream] then write(open[stream], chunk) end
+  if #chunk == 0 then return end
+  local log = self:log_of(inst, stream)
+  if log then write(log, chunk) end
 end
 
 function Observer:step_log(_, inst, message)
-  local open = self.open[inst]
-  if open then write_line(open.stderr, "[log] " .. tostring(message)) end
+  local log = self:log_of(inst, "stderr")
+  if log then write_line(log, "[log] " .. tostring(message)) end
 end
 
 function Observer:step_retry(_, inst, attempt_no, delay, err)
-  local open = self.open[inst]
-  if not open then return end
-  -- The next step_started writes the "attempt N" marker; this says why.
-  local _ = attempt_no
-  write_line(open.stderr, string.format("[retry] %s; retrying in %.3gs", tostring(err), delay or 0))
+  local _ = attempt_no   -- the next step_started writes the "attempt N" marker
+  local log = self:log_of(inst, "stderr")
+  if log then write_line(log, string.format("[retry] retrying in %.3gs after: %s", delay or 0, tostring(err))) end
 end
 
 function Observer:close(inst)
-  local open = self.open[inst]
-  if not open then return end
+  local state = self.open[inst]
+  if not state then return end
   self.open[inst] = nil
-  for _, stream in ipairs(STREAMS) do open[stream].file:close() end
+  for _, stream in ipairs(STREAMS) do
+    if state[stream] then state[stream].file:close() end
+  end
 end
 
 function Observer:step_finished(_, inst)

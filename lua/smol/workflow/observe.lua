@@ -6,13 +6,14 @@ local M = {}
 -- Calls method on every observer, in order; a failing observer is reported
 -- on stderr once per method and does not stop the run.
 function M.notify(S, method, ...)
+  if S.finalized and not S.finalizing then return end
   for _, obs in ipairs(S.observers) do
     local fn = obs[method]
     if fn then
       local ok, err = pcall(fn, obs, S.run, ...)
       if not ok and not S.observer_errors[method] then
         S.observer_errors[method] = true
-        io.stderr:write(("smolwf: observer error in %s: %s\n"):format(method, tostring(err)))
+        S.warn(("observer error in %s: %s"):format(method, tostring(err)))
       end
     end
   end
@@ -20,6 +21,7 @@ end
 
 -- Records an instance's final status and tells the observers.
 function M.finish(S, inst, status, err)
+  if S.finalized and not S.finalizing then return end
   inst.status = status
   inst.error = err
   inst.ended_at = core.time()

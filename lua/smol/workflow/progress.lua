@@ -11,9 +11,10 @@
 -- Plain view (not a terminal, or NO_COLOR set; CI logs): one line per
 -- event or output line, prefixed with the step id ("[build] make: ...").
 --
--- Both print the summary table (smol.workflow.summary) when the run ends,
--- unless opts.summary is false.
+-- With opts.summary, both print the summary table (smol.workflow.summary)
+-- when the run ends; `smolwf run` prints it itself by default.
 local core = require "smol.core"
+local lfs = require "lfs"
 local text = require "smol.workflow.text"
 local summary = require "smol.workflow.summary"
 
@@ -27,16 +28,42 @@ local TAIL_SCAN = 4096
 -- Live lines shown at most; more running steps are folded into "... and N more".
 local MAX_LIVE = 12
 
---- Whether stdout is a terminal. Needs the host's core.isatty; without it we
---- cannot know, and plain lines are the safe choice.
+--- Whether stdout is a terminal: core.isatty(1) when the host has it; until
+--- then test(1) asks the same question of the stdout it inherits from us
+--- (one fork per run, not an environment-variable guess).
 function M.stdout_is_terminal()
-  return core.isatty ~= nil and core.isatty(1) == true
+  if core.isatty then return core.isatty(1) == true end
+  return os.execute("test -t 1 2>/dev/null") == true
 end
 
---- Terminal columns: core.term_width when the host has it, else $COLUMNS, else 80.
+-- Columns of the terminal on our stdout by stty(1), or nil. A fallback
+-- until the host has core.term_width: the device comes from /proc, since
+-- stty's own stdout would be popen's pipe.
+local function stty_columns()
+  local device = lfs.symlinkattributes("/proc/self/fd/1", "target")
+  if not device or not device:match("^/dev/") then return nil end
+  local p = io.popen("stty size < '" .. device .. "' 2>/dev/null")
+  local cols = p and tonumber((p:read("a") or ""):match("^%d+ (%d+)"))
+  if p then p:close() end
+  return cols
+end
+
+--- Terminal columns: core.term_width or stty, else $COLUMNS, else 80.
 function M.terminal_width()
-  local w = core.term_width and core.term_width()
-  return w or tonumber(os.getenv("COLUMNS")) or 80
+  local w = core.term_width and core.term_width() or stty_columns()
+  if not w or w <= 0 then w = tonumber(os.getenv("COLUMNS")) end
+  return w or 80
+end
+
+-- The terminal width, asked again at most once a second (a resize shows
+-- within a second; asking stty on every redraw would fork 10 times a second).
+local function cached_terminal_width(clock)
+  local width, asked_at = nil, -math.huge
+  return function()
+    local now = clock()
+    if now - asked_at >= 1 then width, asked_at = M.terminal_width(), now end
+    return width
+  end
 end
 
 --- The latest non-empty line of a chunk, made safe for the terminal; nil if none.
@@ -51,20 +78,28 @@ function M.latest_line(chunk)
   return line and text.terminal_line(line)
 end
 
+-- "failed (exit 2): first line of the error".
+local function note_of(inst)
+  local word = text.word(inst.status)
+  local note = word
+  if inst.exit_code and inst.exit_code ~= 0 then note = note .. " (exit " .. inst.exit_code .. ")" end
+  if inst.error == nil then return note end
+  local msg = text.strip_status(inst.status, text.terminal_line(tostring(inst.error):match("^[^\n]*")))
+  if msg == "" then return note end
+  -- "timed out after 1s" says it already; "timed out: timed out after 1s" would stutter.
+  if msg:sub(1, #word) == word and note == word then return msg end
+  return note .. ": " .. msg
+end
+
 -- The finished line of an instance, shared by both views:
 -- "✗ test[shard=2]  880ms  2 attempts  exit 2: message".
 local function finished_line(inst, color)
   local parts = {text.paint(text.mark(inst.status), text.sgr[inst.status], color),
                  text.terminal_line(tostring(inst.id))}
-  if inst.status ~= "skipped" then parts[#parts + 1] = text.duration(inst.duration) end
+  if text.ran(inst) then parts[#parts + 1] = text.duration(inst.duration) end
   local tries = text.attempts_label(inst)
   if tries ~= "" then parts[#parts + 1] = tries end
-  if inst.status ~= "success" then
-    local note = text.word(inst.status)
-    if inst.exit_code and inst.exit_code ~= 0 then note = note .. " (exit " .. inst.exit_code .. ")" end
-    if inst.error then note = note .. ": " .. text.terminal_line(tostring(inst.error):match("^[^\n]*")) end
-    parts[#parts + 1] = text.paint(note, text.sgr[inst.status], color)
-  end
+  if inst.status ~= "success" then parts[#parts + 1] = text.paint(note_of(inst), text.sgr[inst.status], color) end
   return table.concat(parts, "  ")
 end
 M.finished_line = finished_line
@@ -90,15 +125,16 @@ function Plain:step_started(_, inst, attempt_no)
 end
 
 -- Prints the complete lines of a stream and keeps the unfinished rest.
+-- Lines are matched only up to the last newline: "([^\n]*)\n" tried at
+-- every position of a long newline-free tail would be quadratic.
 function Plain:step_output(_, inst, stream, chunk)
   local key = tostring(inst.id) .. "\0" .. stream
   local buf = (self.partial[key] or "") .. chunk
-  local rest_at = 1
-  for line, next_at in buf:gmatch("([^\n]*)\n()") do
+  local last_nl = chunk:find("\n", 1, true) and buf:match(".*()\n") or 0
+  for line in buf:sub(1, last_nl):gmatch("([^\n]*)\n") do
     self:line(inst, text.terminal_line(line))
-    rest_at = next_at
   end
-  local rest = buf:sub(rest_at)
+  local rest = buf:sub(last_nl + 1)
   if #rest > MAX_PARTIAL then self:line(inst, text.terminal_line(rest)); rest = "" end
   self.partial[key] = rest ~= "" and rest or nil
   self.out:flush()
@@ -130,9 +166,11 @@ function Plain:step_finished(_, inst)
   self.out:flush()
 end
 
+-- Ends with a blank line, setting off what follows (the summary table).
 function Plain:run_finished(run)
   for _, inst in ipairs(run.instances or {}) do self:flush_partial(inst) end
-  if self.summary then self.out:write("\n", summary.render(run, {color = false})) end
+  self.out:write("\n")
+  if self.summary then self.out:write(summary.render(run, {color = false})) end
   self.out:flush()
 end
 
@@ -180,7 +218,9 @@ function Live:step_finished(_, inst)
     if r == inst then table.remove(self.running, i); break end
   end
   self.state[inst] = nil
-  self.finished[#self.finished + 1] = finished_line(inst, self.color)
+  -- Cut to the width: a wrapped line would scroll the live block apart.
+  self.finished[#self.finished + 1] = text.truncate_styled(finished_line(inst, self.color),
+    math.max(self.width() - 1, 20))
 end
 
 function Live:ensure_ticking()
@@ -206,15 +246,17 @@ function Live:live_line(inst, now, frame, width)
   local tail = st.note or st.line
   local plain_width = text.width(text.strip_ansi(head))
   if not tail or plain_width + 4 >= width then return head end
-  return head .. "  " .. text.paint(text.truncate(tail, width - plain_width - 3), "2", self.color)
+  return head .. "  " .. text.paint(text.truncate(tail, width - plain_width - 2), "2", self.color)
 end
+
+local FINAL = {success = true, failed = true, skipped = true, cancelled = true, timed_out = true}
 
 function Live:footer(now)
   local counts = {queued = 0, done = 0}
   local instances = self.run and self.run.instances or {}
   for _, inst in ipairs(instances) do
     if inst.status == "queued" then counts.queued = counts.queued + 1
-    elseif inst.status ~= "running" and inst.status ~= "pending" then counts.done = counts.done + 1 end
+    elseif FINAL[inst.status] then counts.done = counts.done + 1 end
   end
   local elapsed = self.run and self.run.started_at and now - self.run.started_at
   return text.paint(string.format("  %d running · %d queued · %d/%d done · %s", #self.running,
@@ -257,9 +299,8 @@ function Live:run_finished(run)
   self.closed = true
   if self.timer then self.timer:stop(); self.timer = nil end
   self:draw(true)
-  if self.summary then
-    self.out:write("\n", summary.render(run, {color = self.color, width = self.width() - 1}))
-  end
+  self.out:write("\n")
+  if self.summary then self.out:write(summary.render(run, {color = self.color, width = self.width() - 1})) end
   self.out:flush()
 end
 
@@ -267,24 +308,28 @@ end
 
 local function width_function(w)
   if type(w) == "number" then return function() return w end end
-  return w or M.terminal_width
+  return w or cached_terminal_width(core.now)
 end
 
 --- A new progress observer.
 --- opts.out      where to write (write/flush; default io.stdout)
---- opts.live     live view (default: stdout is a terminal and NO_COLOR is unset)
---- opts.color    colours (default: same as live)
+--- opts.live     live view (default: stdout is a terminal, NO_COLOR unset
+---               or empty, TERM not "dumb", and opts.no_color not true)
+--- opts.no_color the caller saw NO_COLOR: plain lines
+--- opts.color    colours in the live view (default true)
 --- opts.width    columns, a number or a function (default: the terminal's)
 --- opts.interval seconds between redraws (default 0.1)
---- opts.summary  print the summary table at the end (default true)
+--- opts.summary  also print the summary table at the end (default false:
+---               `smolwf run` prints it after the run)
 function M.new(opts)
   opts = opts or {}
   local live = opts.live
   if live == nil then
     local no_color = os.getenv("NO_COLOR")
-    live = M.stdout_is_terminal() and (no_color == nil or no_color == "") and os.getenv("TERM") ~= "dumb"
+    live = not opts.no_color and (no_color == nil or no_color == "") and os.getenv("TERM") ~= "dumb"
+      and M.stdout_is_terminal()
   end
-  local self = {out = opts.out or io.stdout, summary = opts.summary ~= false}
+  local self = {out = opts.out or io.stdout, summary = opts.summary == true}
   if not live then
     self.partial = {}
     return setmetatable(self, Plain)

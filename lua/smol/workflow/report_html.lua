@@ -67,14 +67,19 @@ local function status_cell(status)
   return string.format('<td class="st-%s">%s %s</td>', esc(status, true), mark(status), esc(text.word(status)))
 end
 
+-- "-" for an instance that never ran (skipped, cancelled while queued).
+local function duration_of(inst)
+  return text.ran(inst) and text.duration(inst.duration) or "-"
+end
+
 local function table_row(run, inst, index)
   local start = inst.started_at and run.started_at and "+" .. text.duration(inst.started_at - run.started_at) or "-"
   return table.concat{
     "<tr>", status_cell(inst.status),
     string.format('<td><a href="#log-%d">%s</a></td>', index, esc(inst.id)),
-    string.format('<td class="num">%s</td><td class="num">%s</td>', start, text.duration(inst.duration)),
+    string.format('<td class="num">%s</td><td class="num">%s</td>', start, duration_of(inst)),
     string.format('<td class="num">%d</td><td class="num">%s</td>', #(inst.attempts or {}), inst.exit_code or "-"),
-    string.format('<td class="note">%s</td>', esc(inst.error and tostring(inst.error) or "")),
+    string.format('<td class="note">%s</td>', esc(inst.error and text.strip_status(inst.status, tostring(inst.error)) or "")),
     "</tr>\n"}
 end
 
@@ -88,14 +93,22 @@ end
 local function stream_html(run, rel, stream)
   local data, cut = reportdir.read_tail(reportdir.join(run.report_dir, rel), M.MAX_LOG_BYTES)
   local link = string.format('<a href="%s">%s</a>', esc(rel, true), esc(rel))
-  if not data then return string.format("<h3>%s</h3><p class=\"empty\">no log file (%s)</p>", stream, esc(rel)) end
-  if data == "" then return string.format('<h3>%s</h3><p class="empty">empty</p>', stream) end
+  if not data or data == "" then return string.format('<h3>%s</h3><p class="empty">empty</p>', stream) end
   local note = cut and string.format(" — last %d KiB shown, full log: %s", M.MAX_LOG_BYTES // 1024, link) or " — " .. link
   return string.format("<h3>%s%s</h3><pre>%s</pre>", stream, note, esc(data))
 end
 
+local function has_log_file(run, inst)
+  for _, rel in pairs(inst.logs or {}) do
+    if reportdir.exists(reportdir.join(run.report_dir, rel)) then return true end
+  end
+  return false
+end
+
 local function logs_html(run, inst)
-  if not inst.logs then return '<p class="empty">this step did not run</p>' end
+  if not text.ran(inst) then return '<p class="empty">this step did not run</p>' end
+  -- Log files are created at a stream's first byte: none means no output.
+  if not has_log_file(run, inst) then return '<p class="empty">no output</p>' end
   local parts = {}
   for _, stream in ipairs({"stdout", "stderr"}) do
     if inst.logs[stream] then parts[#parts + 1] = stream_html(run, inst.logs[stream], stream) end
@@ -109,7 +122,7 @@ local function details_html(run, inst, index)
   local tries = text.attempts_label(inst)
   return string.format('<details id="log-%d"%s><summary><span class="st-%s">%s</span> <b>%s</b> — %s, %s%s</summary>\n<div class="log">%s</div></details>\n',
     index, open, esc(inst.status, true), mark(inst.status), esc(inst.id), esc(text.word(inst.status)),
-    text.duration(inst.duration), tries ~= "" and ", " .. tries or "", logs_html(run, inst))
+    duration_of(inst), tries ~= "" and ", " .. tries or "", logs_html(run, inst))
 end
 
 --- The page as a string.

@@ -36,7 +36,7 @@ local function instance_json(run, inst)
   local attempts = {}
   for i, a in ipairs(inst.attempts or {}) do attempts[i] = attempt_json(a) end
   return {
-    id = inst.id, step = inst.step, matrix = opt(inst.matrix), needs = array(inst.needs),
+    id = inst.id, step = inst.step, matrix = opt(jsontext.plain(inst.matrix)), needs = array(inst.needs),
     status = inst.status, queued_at = opt(inst.queued_at), started_at = opt(inst.started_at),
     ended_at = opt(inst.ended_at), duration = opt(inst.duration), attempts = array(attempts),
     exit_code = opt(inst.exit_code), timeout = opt(inst.timeout), error = message(inst.error),
@@ -53,7 +53,7 @@ function M.build(run)
   return {
     format_version = M.FORMAT_VERSION, name = run.name, result = opt(run.result),
     started_at = opt(run.started_at), ended_at = opt(run.ended_at), duration = opt(duration),
-    params = run.params or {}, jobs = opt(run.jobs), instances = array(instances),
+    params = jsontext.plain(run.params or {}), jobs = opt(run.jobs), instances = array(instances),
   }
 end
 

@@ -46,32 +46,45 @@ local function readiness(S, inst)
   return "run"
 end
 
--- Once the run stops (a failure without keep_going, or an interrupt),
--- unstarted instances are cancelled; `always` ones still run after a failure.
+-- Once the run stops (a failure without keep_going), unstarted instances
+-- are cancelled; `always` ones still run.
 local function stopped_before_start(S, inst)
-  return S.interrupted or (S.stopping and not inst.always)
+  return S.stopping and not inst.always
 end
 
--- Decides every pending instance that can be decided now (topological order
--- makes one pass enough: a skip is visible to the instances after it).
-local function settle(S)
-  for _, inst in ipairs(S.run.instances) do
-    if inst.status == "pending" then
-      if stopped_before_start(S, inst) then
-        -- Dependents of the failure are skipped; the rest were cut short.
-        local why = skip_reason(S, inst, FAILED_OR_SKIPPED)
-        if why then finish(S, inst, "skipped", why)
-        else finish(S, inst, "cancelled", "cancelled: " .. S.stop_reason) end
-      else
-        local verdict, why = readiness(S, inst)
-        if verdict == "skip" then
-          finish(S, inst, "skipped", why)
-        elseif verdict == "run" then
-          inst.status, inst.queued_at = "queued", core.time()
-          S.queue[#S.queue + 1] = inst
-          notify(S, "step_queued", inst)
-        end
-      end
+-- Decides a pending instance if it can be decided now: cancelled or skipped
+-- (returns true: it finished) or queued to run.
+local function decide(S, inst)
+  local verdict, why
+  if stopped_before_start(S, inst) then
+    -- Dependents of the failure are skipped; the rest were cut short.
+    why = skip_reason(S, inst, FAILED_OR_SKIPPED)
+    verdict = why and "skip" or "cancel"
+  else
+    verdict, why = readiness(S, inst)
+  end
+  if verdict == "skip" then
+    finish(S, inst, "skipped", why)
+  elseif verdict == "cancel" then
+    finish(S, inst, "cancelled", "cancelled: " .. S.stop_reason)
+  elseif verdict == "run" then
+    inst.status, inst.queued_at = "queued", core.time()
+    S.queue[#S.queue + 1] = inst
+    notify(S, "step_queued", inst)
+  end
+  return verdict == "skip" or verdict == "cancel"
+end
+
+-- Decides the pending instances among `candidates` (in topological order),
+-- then the dependents of those that finished without running. Only what an
+-- event can change is looked at, so a long chain is not quadratic.
+local function settle(S, candidates)
+  local work, i = table.move(candidates, 1, #candidates, 1, {}), 1
+  while i <= #work do
+    local inst = work[i]
+    i = i + 1
+    if inst.status == "pending" and decide(S, inst) then
+      table.move(S.dependents[inst.id], 1, #S.dependents[inst.id], #work + 1, work)
     end
   end
 end
@@ -91,24 +104,25 @@ local function start_queued(S)
   end
 end
 
--- Cancels every running instance (not `always` ones after a mere failure).
+-- Cancels every running or queued instance but the `always` ones.
 local function cancel_running(S, reason)
   for _, inst in ipairs(S.run.instances) do
-    if inst.status == "running" and (S.interrupted or not inst.always) then
+    if inst.status == "running" and not inst.always then
       attempt_mod.cancel(S, inst, "cancelled", reason)
     end
   end
   for _, inst in ipairs(S.queue) do
-    if inst.status == "queued" and (S.interrupted or not inst.always) then
+    if inst.status == "queued" and not inst.always then
       finish(S, inst, "cancelled", "cancelled: " .. reason)
     end
   end
 end
 
 local function stop(S, reason)
-  if S.stopping and not S.interrupted then return end
+  if S.stopping then return end
   S.stopping, S.stop_reason = true, reason
   cancel_running(S, reason)
+  settle(S, S.run.instances)
 end
 
 local function on_finished(S, inst)
@@ -118,30 +132,14 @@ local function on_finished(S, inst)
   end
 end
 
-local function is_interrupt(err)
-  return type(err) == "table" and err.code == "interrupted"
-end
-
--- Waits for the next finished instance. Ctrl-C (the interrupt error raised
--- by the loop) cancels everything; the loop keeps draining until every
--- running instance has ended, so the report is still complete.
+-- Waits for the next finished instance. Ctrl-C raises the host's interrupt
+-- error here; it is not caught: the host's exit path runs, and the exit hook
+-- below (M.finalize_active) completes the run and its report.
 local function next_finished(S)
-  while true do
-    local ok, inst = pcall(S.done.pop, S.done)
-    if ok then return inst end
-    if not is_interrupt(inst) then
-      S.fatal = S.fatal or inst
-      S.interrupted = true
-      stop(S, "engine error: " .. tostring(inst))
-    else
-      S.interrupted = true
-      stop(S, "interrupted")
-    end
-  end
+  return S.done:pop()
 end
 
 local function result_of(S)
-  if S.interrupted then return "cancelled" end
   for _, inst in ipairs(S.run.instances) do
     if FAILED[inst.status] and not inst.continue_on_error then return "failure" end
     if inst.status == "cancelled" or inst.status == "skipped" then return "failure" end
@@ -149,34 +147,77 @@ local function result_of(S)
   return "success"
 end
 
+-- Runs not yet finished, for the exit hook.
+local active = {}
+
+-- Completes a run cut short (Ctrl-C, or an error out of the engine): what
+-- did not finish is cancelled, the run ends "cancelled", observers hear of
+-- it and S.on_abort (the report writers) runs. Later activity of the run's
+-- tasks, woken while sessions close, is ignored (S.finalized).
+local function finalize(S)
+  S.finalized, S.finalizing = true, true
+  for _, inst in ipairs(S.run.instances) do
+    if not FINISHED[inst.status] then finish(S, inst, "cancelled", "cancelled: interrupted") end
+  end
+  S.run.ended_at, S.run.result = core.time(), "cancelled"
+  notify(S, "run_finished")
+  S.finalizing = false
+  if S.on_abort then S.on_abort(S.run) end
+end
+
+function M.finalize_active()
+  for S in pairs(active) do
+    active[S] = nil
+    local ok, err = pcall(finalize, S)
+    if not ok then S.warn("finishing the interrupted run failed: " .. tostring(err)) end
+  end
+end
+
+-- Two registrations: task.at_exit hooks run last-registered first, and the
+-- one made after the first session opened runs before the sandbox client's
+-- hook closes the sessions (which would wake the steps with errors).
+local hooked = {}
+function M.ensure_exit_hook(stage)
+  if hooked[stage] then return end
+  hooked[stage] = true
+  task.at_exit(M.finalize_active)
+end
+
 function M.drive(S)
+  active[S] = true
+  M.ensure_exit_hook("run")
   notify(S, "run_started")
-  settle(S)
+  settle(S, S.run.instances)
   start_queued(S)
   while S.running > 0 do
-    on_finished(S, next_finished(S))
-    settle(S)
+    local inst = next_finished(S)
+    on_finished(S, inst)
+    settle(S, S.dependents[inst.id])
     start_queued(S)
   end
   for _, err in ipairs(S.sessions:close_all()) do
-    io.stderr:write("smolwf: closing a sandbox session failed: " .. err .. "\n")
+    S.warn("closing a sandbox session failed: " .. err)
   end
+  active[S] = nil
   S.run.ended_at = core.time()
   S.run.result = result_of(S)
   notify(S, "run_finished")
-  if S.fatal then error(S.fatal, 0) end
   return S.run
 end
 
 -- The engine's state for one run; workflow.run adds defs, sandbox, sessions.
 function M.new_state(run, opts)
-  local by_id = {}
-  for _, inst in ipairs(run.instances) do by_id[inst.id] = inst end
+  local by_id, dependents = {}, {}
+  for _, inst in ipairs(run.instances) do
+    by_id[inst.id], dependents[inst.id] = inst, {}
+    for _, id in ipairs(inst.needs) do table.insert(dependents[id], inst) end
+  end
   return {
-    run = run, by_id = by_id, observers = opts.observers or {},
+    run = run, by_id = by_id, dependents = dependents, observers = opts.observers or {},
     keep_going = opts.keep_going == true, queue = {}, running = 0,
     done = task.queue(), private = {}, outputs = {}, observer_errors = {},
-    stopping = false, interrupted = false, stop_reason = "",
+    stopping = false, stop_reason = "",
+    warn = opts.warn or function(msg) io.stderr:write("smolwf: ", msg, "\n") end,
   }
 end
 

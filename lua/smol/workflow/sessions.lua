@@ -30,6 +30,7 @@ function Sessions:open_entry(key, spec)
   if ok then
     entry.session = result
     self.list[#self.list + 1] = result
+    if self.on_open then self.on_open(result) end
   elseif is_cancel(result) then
     -- The step that was opening it was cancelled: forget the attempt so the
     -- next user opens afresh, and pass the cancellation on.

@@ -9,16 +9,21 @@ local HEADERS = {"", "STEP", "STATUS", "TIME", "TRIES", "EXIT", "NOTE"}
 local RIGHT_ALIGNED = {[4] = true, [5] = true, [6] = true}
 local ORDER = {"success", "failed", "timed_out", "cancelled", "skipped", "running", "queued", "pending"}
 
-local function first_line(s)
-  if s == nil then return "" end
-  return text.terminal_line((tostring(s):match("^[^\n]*")))
+-- Without a width, a note longer than this is cut (the report has it all).
+local MAX_NOTE = 72
+
+local function note_of(inst, opts)
+  if inst.error == nil then return "" end
+  local line = text.terminal_line((tostring(inst.error):match("^[^\n]*")))
+  line = text.strip_status(inst.status, line)
+  return opts.width and line or text.truncate(line, MAX_NOTE)
 end
 
-local function row_of(inst)
+local function row_of(inst, opts)
   return {
     text.mark(inst.status), text.terminal_line(tostring(inst.id)), text.word(inst.status),
-    text.duration(inst.duration), tostring(inst.attempts and #inst.attempts or 0),
-    inst.exit_code and tostring(inst.exit_code) or "-", first_line(inst.error),
+    text.ran(inst) and text.duration(inst.duration) or "-", tostring(inst.attempts and #inst.attempts or 0),
+    inst.exit_code and tostring(inst.exit_code) or "-", note_of(inst, opts),
     status = inst.status,
   }
 end
@@ -76,7 +81,7 @@ end
 function M.render(run, opts)
   opts = opts or {}
   local rows = {HEADERS}
-  for _, inst in ipairs(run.instances or {}) do rows[#rows + 1] = row_of(inst) end
+  for _, inst in ipairs(run.instances or {}) do rows[#rows + 1] = row_of(inst, opts) end
   local widths = column_widths(rows)
   local lines = {}
   for _, row in ipairs(rows) do lines[#lines + 1] = format_row(row, widths, opts) end

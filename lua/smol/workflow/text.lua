@@ -96,6 +96,23 @@ function M.truncate(s, width)
   return s:sub(1, cut - 1) .. "…"
 end
 
+--- Like truncate, for a line with SGR colour sequences: they do not count
+--- toward the width, and a cut line ends with a colour reset.
+function M.truncate_styled(s, width)
+  if M.width(M.strip_ansi(s)) <= width then return s end
+  local out, used, at = {}, 0, 1
+  while at <= #s and used < width - 1 do
+    local esc_end = s:match("^\27%[[0-9;]*m()", at)
+    if esc_end then
+      out[#out + 1], at = s:sub(at, esc_end - 1), esc_end
+    else
+      local next_at = utf8.offset(s, 2, at) or #s + 1
+      out[#out + 1], at, used = s:sub(at, next_at - 1), next_at, used + 1
+    end
+  end
+  return table.concat(out) .. "…\27[0m"
+end
+
 --- Display width in terminal columns (one per code point; good enough for
 --- the Latin, box-drawing and symbol characters we print ourselves).
 function M.width(s)
@@ -122,6 +139,21 @@ end
 function M.message(err)
   if err == nil then return nil end
   return tostring(err)
+end
+
+--- msg without a leading "<status>:" the engine may have put there
+--- ("cancelled: step 'lint' failed"), since we show the status anyway.
+function M.strip_status(status, msg)
+  for _, prefix in ipairs({M.word(status), status}) do
+    if msg:sub(1, #prefix + 1) == prefix .. ":" then return (msg:sub(#prefix + 2):gsub("^%s+", "")) end
+  end
+  return msg
+end
+
+--- Whether the instance ever started an attempt (a skipped or cancelled
+--- one may not have: it has no duration worth showing).
+function M.ran(inst)
+  return inst.attempts ~= nil and #inst.attempts > 0
 end
 
 --- The label of an attempt count: "" for one, "2 attempts" otherwise.

@@ -1,0 +1,224 @@
+-- The smolwf command line: runs the real binary (core.exe_path()) as a child.
+local core = require "smol.core"
+local task = require "smol.task"
+
+local EXE = core.exe_path()
+
+local function base_env(extra)
+  local env = {PATH = os.getenv("PATH") or "/usr/bin:/bin", HOME = os.getenv("HOME") or "/"}
+  for k, v in pairs(extra or {}) do env[k] = v end
+  return env
+end
+
+--[[
+Runs smolwf with args; opts.stdin (bytes), opts.env, opts.cwd,
+opts.on_line(line, proc) sees stdout lines as they come.
+Returns {code, signal, out, err}.
+]]
+local function smolwf(args, opts)
+  opts = opts or {}
+  local out, err, done = {}, {}, task.event()
+  local p
+  p = assert(core.spawn{file = EXE, args = {EXE, table.unpack(args)},
+    env = base_env(opts.env), cwd = opts.cwd, stdin = opts.stdin ~= nil,
+    stdout = "lines", stderr = "chunks",
+    on_stdout = function(line)
+      if line then out[#out + 1] = line end
+      if line and opts.on_line then opts.on_line(line, p) end
+    end,
+    on_stderr = function(d) err[#err + 1] = d end,
+    on_exit = function(code, sig) done:set(code, sig) end})
+  if opts.stdin then
+    p:write(opts.stdin)
+    p:close_stdin()
+  end
+  local code, sig = done:wait()
+  p:close()
+  return {code = code, signal = sig, out = table.concat(out, "\n"), err = table.concat(err)}
+end
+
+local function write_file(path, text)
+  local f = assert(io.open(path, "w"))
+  f:write(text)
+  f:close()
+end
+
+local function alive(pid)
+  return os.execute("kill -0 " .. pid .. " 2>/dev/null") == true
+end
+
+describe("smolwf command line", function()
+  local dir
+
+  before_each(function()
+    dir = assert(core.mkdtemp("/tmp/smolwf-cli-XXXXXX"))
+  end)
+
+  after_each(function()
+    os.execute("rm -rf '" .. dir .. "'")
+    core.run_nowait()
+    assert.equal(0, core.open_handles())
+  end)
+
+  it("builds arg as lua5.4 does and passes the arguments as varargs", function()
+    local script = dir .. "/args.lua"
+    write_file(script, "print(arg[-3], arg[-2], arg[-1], arg[0], #arg, ...)")
+    local r = smolwf({"--path", dir, script, "a", "b"})
+    assert.equal(0, r.code)
+    assert.equal(table.concat({EXE, "--path", dir, script, "2", "a", "b"}, "\t"), r.out)
+  end)
+
+  it("runs scripts starting with #!", function()
+    local script = dir .. "/shebang"
+    write_file(script, "#!/usr/bin/env smolwf\nprint('ran', ...)\n")
+    local r = smolwf({script, "x"})
+    assert.same({0, "ran\tx"}, {r.code, r.out})
+  end)
+
+  it("runs -e in order, then the script", function()
+    local script = dir .. "/s.lua"
+    write_file(script, "print('script', X)")
+    local r = smolwf({"-e", "X = 1", "-eprint('e', X)", script})
+    assert.same({0, "e\t1\nscript\t1"}, {r.code, r.out})
+  end)
+
+  it("runs stdin with -", function()
+    local r = smolwf({"-", "x"}, {stdin = "print('from stdin', arg[0], ...)"})
+    assert.same({0, "from stdin\t-\tx"}, {r.code, r.out})
+  end)
+
+  it("prints the version with -v and help with --help", function()
+    local r = smolwf({"-v"})
+    assert.equal(0, r.code)
+    assert.matches("^smolwf %d+%.%d+%.%d+ %(Lua 5%.4", r.out)
+    r = smolwf({"--help"})
+    assert.equal(0, r.code)
+    assert.matches("usage: smolwf", r.out)
+    assert.matches("%-%-path DIR", r.out)
+  end)
+
+  it("rejects an unknown option with usage and status 1", function()
+    local r = smolwf({"--bogus"})
+    assert.equal(1, r.code)
+    assert.matches("smolwf: unrecognized option '%-%-bogus'", r.err)
+    assert.matches("usage:", r.err)
+    r = smolwf({"-e"})
+    assert.equal(1, r.code)
+    assert.matches("option needs an argument", r.err)
+  end)
+
+  it("prints a traceback with file:line and exits 1 on an error", function()
+    local script = dir .. "/fail.lua"
+    write_file(script, "local function f()\n  error('boom')\nend\nf()\n")
+    local r = smolwf({script})
+    assert.equal(1, r.code)
+    assert.matches("^smolwf: [^\n]*fail%.lua:2: boom\nstack traceback:", r.err)
+    assert.matches("fail%.lua:4: in main chunk", r.err)
+    r = smolwf({dir .. "/missing.lua"})
+    assert.equal(1, r.code)
+    assert.matches("cannot open .*missing%.lua", r.err)
+    r = smolwf({"-e", "error({code = 'x'})"})
+    assert.equal(1, r.code)
+    assert.matches("error object is a table value", r.err)
+  end)
+
+  it("finds modules through --path and SMOLWF_PATH, and lua/ next to it", function()
+    os.execute("mkdir -p '" .. dir .. "/a' '" .. dir .. "/b/pkg'")
+    write_file(dir .. "/a/moda.lua", "return 'A'")
+    write_file(dir .. "/b/pkg/init.lua", "return 'PKG'")
+    write_file(dir .. "/c.lua", "return 'C'")
+    local code = "print(require'moda', require'pkg', require'c', require'smol.task' ~= nil, require'cjson' ~= nil)"
+    local r = smolwf({"--path", dir .. "/a", "--path=" .. dir .. "/b", "-e", code}, {cwd = dir})
+    assert.same({0, "A\tPKG\tC\ttrue\ttrue"}, {r.code, r.out})
+    r = smolwf({"-e", code}, {cwd = dir, env = {SMOLWF_PATH = dir .. "/a:" .. dir .. "/b"}})
+    assert.same({0, "A\tPKG\tC\ttrue\ttrue"}, {r.code, r.out})
+  end)
+
+  it("runs `smolwf run SCRIPT` like `smolwf SCRIPT`", function()
+    local script = dir .. "/r.lua"
+    write_file(script, "print(arg[0], ...)")
+    local r = smolwf({"run", script, "a"})
+    assert.same({0, script .. "\ta"}, {r.code, r.out})
+  end)
+
+  it("dispatches other commands to smol.cli.NAME.main(args)", function()
+    os.execute("mkdir -p '" .. dir .. "/smol/cli'")
+    write_file(dir .. "/smol/cli/hello_there.lua",
+      "return {main = function(args) print('hello', #args, args[1]) return 3 end}")
+    local r = smolwf({"--path", dir, "hello-there", "x"})
+    assert.same({3, "hello\t1\tx"}, {r.code, r.out})
+    r = smolwf({"nosuchcommand"})
+    assert.equal(1, r.code)
+    assert.matches("smolwf: unknown command 'nosuchcommand'", r.err)
+  end)
+
+  it("reports an error in a loop callback and exits non-zero", function()
+    local r = smolwf({"-e", [[
+      local core = require "smol.core"
+      core.timer(0, function() error("callback boom") end)
+      core.run_once()
+      print("carried on")]]})
+    assert.equal(1, r.code)
+    assert.equal("carried on", r.out)
+    assert.matches("smolwf: error in callback: [^\n]*callback boom\nstack traceback:", r.err)
+  end)
+
+  it("makes os.exit kill what the run started, and keeps its status", function()
+    local r = smolwf({"-e", [[
+      local core = require "smol.core"
+      local p = core.spawn{file = "sleep", args = {"sleep", "100"}}
+      print(p.pid)
+      io.stdout:flush()
+      os.exit(3, true)]]})
+    assert.equal(3, r.code)
+    assert.is_false(alive(tonumber(r.out)))
+  end)
+
+  it("kills what the run started at a normal end", function()
+    local r = smolwf({"-e", [[
+      local p = require("smol.core").spawn{file = "sleep", args = {"sleep", "100"}, process_group = true}
+      print(p.pid)]]})
+    assert.equal(0, r.code)
+    assert.is_false(alive(tonumber(r.out)))
+  end)
+
+  describe("Ctrl-C", function()
+    -- Starts a script, waits for its first line (the pid of its child), sends SIGINT.
+    local function interrupt(script)
+      local child
+      local r = smolwf({"-e", script}, {on_line = function(line, p)
+        if child == nil then
+          child = tonumber(line)
+          p:kill("INT")
+        end
+      end})
+      return r, child
+    end
+
+    it("ends a run waiting in the loop with 130 and leaves no process behind", function()
+      local r, child = interrupt([[
+        local core = require "smol.core"
+        local task = require "smol.task"
+        task.at_exit(function() print("exit hook ran") end)
+        local p = core.spawn{file = "sleep", args = {"sleep", "100"}}
+        print(p.pid)
+        io.stdout:flush()
+        task.sleep(100)]])
+      assert.equal(130, r.code)
+      assert.matches("exit hook ran", r.out)
+      assert.matches("smolwf: interrupted", r.err)
+      assert.is_number(child)
+      assert.is_false(alive(child))
+    end)
+
+    it("stops a pure-Lua loop, even one that swallows errors with pcall", function()
+      local r, child = interrupt([[
+        local p = require("smol.core").spawn{file = "sleep", args = {"sleep", "100"}}
+        print(p.pid)
+        io.stdout:flush()
+        while true do pcall(function() for _ = 1, 1e6 do end end) end]])
+      assert.equal(130, r.code)
+      assert.is_false(alive(child))
+    end)
+  end)
+end)

@@ -1,0 +1,263 @@
+-- smol.core: the C mechanism (loop, timers, processes, base64, fs helpers).
+-- Runs inside the host: smolwf /usr/bin/busted --ignore-lua spec/core_spec.lua
+local core = require "smol.core"
+
+-- Runs the loop until cond() is true; fails instead of hanging.
+local function run_until(cond, seconds)
+  local deadline = core.now() + (seconds or 5)
+  while not cond() do
+    assert(core.now() < deadline, "timed out waiting")
+    local guard = core.timer(0.05, function() end)  -- run_once never blocks past the deadline
+    core.run_once()
+    guard:stop()
+  end
+end
+
+-- Spawns and waits; returns {code, signal, stdout = {lines or chunks}, stderr = {...}}.
+local function run(opts)
+  local r = {stdout = {}, stderr = {}}
+  opts.stdout = opts.stdout or "lines"
+  opts.stderr = opts.stderr or "lines"
+  opts.on_stdout = function(data, err)
+    if data then r.stdout[#r.stdout + 1] = data else r.stdout_end, r.stdout_err = true, err end
+  end
+  opts.on_stderr = function(data, err)
+    if data then r.stderr[#r.stderr + 1] = data else r.stderr_end = true end
+  end
+  opts.on_exit = function(code, sig) r.code, r.signal = code, sig end
+  local p = assert(core.spawn(opts))
+  r.proc = p
+  if opts.before_wait then opts.before_wait(p, r) end
+  run_until(function() return r.code ~= nil end)
+  p:close()
+  return r
+end
+
+local function sh(script, extra)
+  local opts = extra or {}
+  opts.file, opts.args = "/bin/sh", {"sh", "-c", script}
+  return run(opts)
+end
+
+describe("smol.core", function()
+  after_each(function()
+    core.run_nowait()  -- lets pending close callbacks run
+    assert.equal(0, core.open_handles())
+  end)
+
+  describe("spawn", function()
+    it("delivers stdout and stderr lines, then EOF, then the exit code", function()
+      local r = sh("echo one; echo two; echo err >&2; printf 'no newline'; exit 3")
+      assert.same({"one", "two", "no newline"}, r.stdout)
+      assert.same({"err"}, r.stderr)
+      assert.is_true(r.stdout_end and r.stderr_end)
+      assert.equal(3, r.code)
+      assert.is_nil(r.signal)
+      assert.is_number(r.proc.pid)
+    end)
+
+    it("delivers binary-safe chunks", function()
+      local all = {}
+      for i = 0, 255 do all[#all + 1] = string.char(i) end
+      local r = run{file = "/bin/cat", stdin = true, stdout = "chunks",
+              before_wait = function(p) p:write(table.concat(all)); p:close_stdin() end}
+      assert.equal(table.concat(all), table.concat(r.stdout))
+    end)
+
+    it("passes env (replacing ours) and cwd", function()
+      local dir = assert(core.mkdtemp("/tmp/smolwf-core-XXXXXX"))
+      local r = sh("echo \"$A-$HOME\"; pwd", {env = {A = "1"}, cwd = dir})
+      assert.same({"1-", dir}, r.stdout)
+      os.remove(dir)
+    end)
+
+    it("inherits our environment without env", function()
+      local r = sh("echo \"$HOME\"")
+      assert.same({os.getenv("HOME") or ""}, r.stdout)
+    end)
+
+    it("writes stdin in order and counts pending bytes", function()
+      local r = run{file = "cat", args = {"cat"}, stdin = true, before_wait = function(p)
+        p:write("a\n"); p:write("b\n")
+        assert.is_true(p:pending_write_bytes() >= 0)
+        p:close_stdin()
+        p:close_stdin()  -- idempotent
+        assert.has_error(function() p:write("late") end, "process write: stdin is closed")
+      end}
+      assert.same({"a", "b"}, r.stdout)
+      assert.equal(0, r.proc:pending_write_bytes())
+    end)
+
+    it("reports death by signal as 128+signo and the signal's name", function()
+      -- sleep itself, not through sh: a shell killed after forking would leave
+      -- its sleep holding stdout, and on_exit waits for EOF
+      local r = run{file = "sleep", args = {"sleep", "5"}, before_wait = function(p) assert.is_true(p:kill()) end}
+      assert.same({143, "TERM"}, {r.code, r.signal})
+      r = run{file = "sleep", args = {"sleep", "5"}, before_wait = function(p) p:kill("KILL") end}
+      assert.same({137, "KILL"}, {r.code, r.signal})
+      r = sh("kill -USR1 $$")
+      assert.same({138, "USR1"}, {r.code, r.signal})
+      assert.is_false(r.proc:kill())  -- a no-op after exit
+    end)
+
+    it("kills the whole process group with process_group", function()
+      -- the background sleep holds stdout open: on_exit needs it dead too
+      local t0 = core.now()
+      local r = sh("sleep 30 & echo started; wait", {process_group = true, before_wait = function(p, r)
+        run_until(function() return #r.stdout > 0 end)
+        assert.is_true(p:kill("TERM"))
+      end})
+      assert.is_true(core.now() - t0 < 5)
+      assert.same({"started"}, r.stdout)
+      assert.equal(143, r.code)
+    end)
+
+    it("returns nil, message, name when the program cannot start", function()
+      local p, err, name = core.spawn{file = "/nonexistent/prog"}
+      assert.is_nil(p)
+      assert.equal("/nonexistent/prog: no such file or directory", err)
+      assert.equal("ENOENT", name)
+    end)
+
+    it("raises on misuse, naming the option", function()
+      assert.has_error(function() core.spawn{} end, "spawn: option 'file' must be a string (got nil)")
+      assert.has_error(function() core.spawn{file = "x", args = "x"} end,
+                       "spawn: option 'args' must be a table of strings")
+      assert.has_error(function() core.spawn{file = "x", args = {"x", 1}} end,
+                       "spawn: args[2] must be a string (got number)")
+      assert.has_error(function() core.spawn{file = "x", stdout = "bogus"} end,
+        'spawn: option \'stdout\' must be "lines", "chunks", "inherit" or "ignore" (got "bogus")')
+      assert.has_error(function() core.spawn{file = "x", env = {A = 1}} end,
+                       "spawn: env value for 'A' must be a string (got number)")
+      assert.has_error(function() core.spawn{file = "x", on_stdout = print} end,
+                       'spawn: option \'on_stdout\' needs stdout = "lines" or "chunks"')
+      assert.has_error(function() core.spawn{file = "x", max_line = 0} end,
+                       "spawn: option 'max_line' must be a positive integer")
+    end)
+
+    it("stops at an over-long line with an error, and still reports the exit", function()
+      local r = sh("head -c 100 /dev/zero | tr '\\0' x; echo; echo after", {max_line = 10})
+      assert.same({}, r.stdout)
+      assert.equal("line longer than 10 bytes", r.stdout_err)
+      assert.is_number(r.code)
+    end)
+
+    it("accepts lines up to the cap", function()
+      local r = sh("printf '0123456789\\n'", {max_line = 10})
+      assert.same({"0123456789"}, r.stdout)
+    end)
+
+    it("keeps reporting the exit of a dropped handle", function()
+      local code
+      core.spawn{file = "/bin/sh", args = {"sh", "-c", "exit 7"}, on_exit = function(c) code = c end}
+      collectgarbage()
+      run_until(function() return code ~= nil end)
+      assert.equal(7, code)
+    end)
+
+    it("lets close() release a running process's callbacks", function()
+      local called = false
+      local p = core.spawn{file = "sleep", args = {"sleep", "0.1"}, on_exit = function() called = true end}
+      p:close()
+      p:close()  -- idempotent
+      assert.is_false(p:kill())
+      local t = core.timer(0.3, function() end)
+      run_until(function() return not t:active() end)
+      assert.is_false(called)
+    end)
+  end)
+
+  describe("timer", function()
+    it("fires once, in order of deadlines", function()
+      local order = {}
+      core.timer(0.02, function() order[#order + 1] = "b" end)
+      core.timer(0, function() order[#order + 1] = "a" end)
+      run_until(function() return #order == 2 end)
+      assert.same({"a", "b"}, order)
+    end)
+
+    it("does not fire after stop(), which is idempotent", function()
+      local fired = false
+      local t = core.timer(0.01, function() fired = true end)
+      t:stop()
+      t:stop()
+      assert.is_false(t:active())
+      local later = core.timer(0.05, function() end)
+      run_until(function() return not later:active() end)
+      assert.is_false(fired)
+    end)
+
+    it("waits at least the time asked", function()
+      local t0, fired = core.now(), nil
+      core.timer(0.05, function() fired = core.now() end)
+      run_until(function() return fired end)
+      assert.is_true(fired - t0 >= 0.049)
+    end)
+
+    it("raises on a bad delay", function()
+      assert.has_error(function() core.timer(-1, print) end)
+      assert.has_error(function() core.timer(1) end)
+    end)
+  end)
+
+  describe("loop", function()
+    it("refuses to run nested", function()
+      local err
+      core.timer(0, function() err = select(2, pcall(core.run_once)) end)
+      run_until(function() return err end)
+      assert.matches("loop already running", err)
+    end)
+
+    it("reports when nothing is left", function()
+      assert.is_false(core.run_nowait())
+      assert.is_false(core.run_once())
+    end)
+
+    it("tells monotonic and wall time", function()
+      local a = core.now()
+      assert.is_true(core.now() >= a)
+      assert.is_true(math.abs(core.time() - os.time()) < 2)
+    end)
+  end)
+
+  describe("base64", function()
+    it("round-trips every byte value", function()
+      local all = {}
+      for i = 0, 255 do all[#all + 1] = string.char(i) end
+      local s = table.concat(all)
+      assert.equal(s, core.b64decode(core.b64encode(s)))
+      assert.equal("AAH/", core.b64encode("\0\1\255"))
+      assert.equal("\254\0", core.b64decode("/gA="))
+      assert.equal("", core.b64decode(""))
+    end)
+
+    it("rejects invalid input with the offset", function()
+      assert.same({nil, "invalid base64 at offset 2"}, {core.b64decode("Zm=v")})
+      assert.is_nil(core.b64decode("Zg"))
+      assert.is_nil(core.b64decode("Zg==Zg=="))
+      assert.is_nil(core.b64decode("===="))
+      assert.is_nil(core.b64decode(" Zg=="))
+      assert.is_nil(core.b64decode("Zg=\n"))
+    end)
+  end)
+
+  describe("fs helpers", function()
+    it("makes a temp dir from a template", function()
+      local dir = assert(core.mkdtemp("/tmp/smolwf-core-XXXXXX"))
+      assert.matches("^/tmp/smolwf%-core%-", dir)
+      assert.is_true(os.remove(dir))
+      assert.has_error(function() core.mkdtemp("/tmp/nox") end)
+      local none, err, code = core.mkdtemp("/nonexistent/dir/XXXXXX")
+      assert.is_nil(none)
+      assert.matches("No such file", err)
+      assert.equal("ENOENT", code)
+    end)
+
+    it("knows where the host lives", function()
+      assert.matches("^/.*/smolwf$", core.exe_path())
+      local bundled = core.bundled_provider()
+      assert.is_true(bundled == nil or bundled:match("/smolwf%-provider$") ~= nil)
+      assert.is_string(core.version)
+    end)
+  end)
+end)
