@@ -28,12 +28,14 @@ end
 
 local sb = sandbox.open{program = provider, profile = "bench/none", workspace = ""}
 
--- Sequential: one exec at a time, each timed on its own.
-local function sequential(n)
+-- Sequential: one exec at a time, each timed on its own (raw: straight
+-- through the smol.jsonl connection, without the sandbox layer).
+local function sequential(n, raw)
   local times = {}
+  local conn, params = sb._conn, sb:params_json({argv = {"true"}})
   for i = 1, n do
     local t0 = core.now()
-    sb:exec{"true"}
+    if raw then conn:request("exec", params) else sb:exec{"true"} end
     times[i] = core.now() - t0
   end
   table.sort(times)
@@ -68,6 +70,8 @@ local rps, median_us = sequential(20000)
 report("sequential round trips/s", rps, "%.0f")
 report("sequential round trip, median", median_us, "%.1f us",
   pingpong_us and ("(%.2fx the bare C ping-pong's %.1f us; target <= 2x)"):format(median_us / pingpong_us, pingpong_us))
+local _, raw_us = sequential(20000, true)
+report("  of which smol.jsonl alone, median", raw_us, "%.1f us", "(the same request without the sandbox layer)")
 report("round trips/s, 64 in flight", in_flight(64000, 64), "%.0f")
 report("stdout payload through events", stream(256 * 1024 * 1024, 65536), "%.0f MB/s", "(64 KiB chunks; target >= 500)")
 local mbs = stream(stream_bytes, 65536)

@@ -81,6 +81,17 @@ local function sequential_ms(conn, session, n)
   return median(times) * 1000
 end
 
+-- Median ms of a `describe` round trip: JSON both ways, no process.
+local function protocol_ms(conn, n)
+  local times = {}
+  for i = 1, n do
+    local t0 = core.now()
+    assert(conn:call("describe", {}).result, "describe failed")
+    times[i] = core.now() - t0
+  end
+  return median(times) * 1000
+end
+
 -- Busy and total jiffies of the whole machine (first line of /proc/stat).
 local function cpu_jiffies()
   local f = assert(io.open("/proc/stat"))
@@ -182,14 +193,34 @@ local function raw_stream(profile, bytes)
   return t1 and bytes / (t1 - t0) / 1e6 or 0, hwm
 end
 
-local function bench_profile(profile, plain_ms)
+--[[
+The machine is shared and noisy, so the plain loop and the provider are
+measured in alternating rounds (ROUNDS of EXECS/ROUNDS execs each) and
+each figure is the median of its rounds' medians.
+]]
+local ROUNDS = 10
+
+local function interleaved_ms(conn, session)
+  local batch = math.max(10, EXECS // ROUNDS)
+  local plain, via = {}, {}
+  for r = 1, ROUNDS do
+    plain[r] = spawn_loop_median_ms(batch, {"/bin/true"})
+    via[r] = sequential_ms(conn, session, batch)
+  end
+  return median(plain), median(via)
+end
+
+local function bench_profile(profile)
   local conn = assert(wire.start({provider, "serve"}))
   local session = open_session(conn, profile)
   sequential_ms(conn, session, 50)   -- warm up
-  local ms = sequential_ms(conn, session, EXECS)
+  local plain_ms, ms = interleaved_ms(conn, session)
   local target = profile:match("^local") and 1.10 or 1.25
+  report("plain posix_spawn + waitpid of /bin/true", plain_ms, "%.3f ms", "(rounds next to the line below)")
   report("exec /bin/true via provider, " .. profile, ms, "%.3f ms",
     ("(%.2fx the plain loop; target <= %.2fx)"):format(ms / plain_ms, target))
+  report("  request round trip without a process", protocol_ms(conn, EXECS), "%.3f ms",
+    "(describe: the protocol's share of the line above)")
   local rate, busy = in_flight(conn, session, EXECS, 16)
   report("  16 in flight, " .. profile, rate, "%.0f execs/s",
     ("(CPU busy %.0f%% of 2 cores; sequential %.0f execs/s)"):format(busy * 100, 1000 / ms))
@@ -204,20 +235,13 @@ local function bench_profile(profile, plain_ms)
     hwm, "%.1f MiB", "(VmHWM of the provider; target < 64 MiB)")
 end
 
--- The machine is shared and noisy: the plain loop is measured again right
--- before each profile, and each ratio uses the figure taken next to it.
-local function plain_loop_ms()
-  local ms = spawn_loop_median_ms(EXECS, {"/bin/true"})
-  report("plain posix_spawn + waitpid of /bin/true", ms, "%.3f ms")
-  return ms
-end
-
-local plain_ms = plain_loop_ms()
+local load = assert(io.open("/proc/loadavg")):read("l")
+print("load average at start: " .. load:match("^(%S+ %S+ %S+)") .. " (2 cores; figures are noisy above ~1)")
+local plain_ms = spawn_loop_median_ms(EXECS, {"/bin/true"})
 local bwrap_ms = spawn_loop_median_ms(math.max(50, EXECS // 5), BWRAP_PER_COMMAND)
 report("fresh bwrap --unshare-all per command", bwrap_ms, "%.3f ms",
-  ("(%.2fx the plain loop)"):format(bwrap_ms / plain_ms))
-for i, profile in ipairs({"local/default", "bwrap/default"}) do
-  if i > 1 then plain_ms = plain_loop_ms() end
-  local ok, err = pcall(bench_profile, profile, plain_ms)
+  ("(%.2fx the plain loop's %.3f ms)"):format(bwrap_ms / plain_ms, plain_ms))
+for _, profile in ipairs({"local/default", "bwrap/default"}) do
+  local ok, err = pcall(bench_profile, profile)
   if not ok then report(profile, "failed: " .. tostring(err), "%s") end
 end

@@ -69,7 +69,7 @@ local function exec_steps(n)
   for i = 1, n do
     steps[i] = { name = "t" .. i, run = function(ctx) ctx:exec { "true" } end }
   end
-  return { name = "exec", sandbox = { profile = PROFILE }, steps = steps }
+  return { name = "exec", sandbox = { profile = PROFILE, workspace = "" }, steps = steps }
 end
 
 -- n execs of `true` from `workers` tasks on session sb.
@@ -103,14 +103,14 @@ end
 
 local function bench_exec()
   local n, jobs = 200, 8
-  local sb = sandbox.open { profile = PROFILE }
+  local sb = sandbox.open { profile = PROFILE, workspace = "" }
   raw_execs(sb, 16, jobs)  -- warm up: provider started, caches hot
   local raw, engine, raw_open, engine_open = math.huge, math.huge, math.huge, math.huge
   for _ = 1, ROUNDS do
     raw = math.min(raw, timed(function() raw_execs(sb, n, jobs) end))
     engine = math.min(engine, timed_run(exec_steps(n), { jobs = jobs, open = shared(sb) }))
     raw_open = math.min(raw_open, timed(function()
-      local own = sandbox.open { profile = PROFILE }
+      local own = sandbox.open { profile = PROFILE, workspace = "" }
       raw_execs(own, n, jobs)
       own:close()
     end))

@@ -15,7 +15,7 @@ return wf.define {
   steps = {
     { name = "toolchain", run = function(ctx)
         local r = ctx:sh("cc --version | head -n 1; make --version | head -n 1")
-        ctx.log("using", (r.stdout:gsub("\n", "; ")))
+        ctx.log("using", (r.stdout:gsub("\n$", ""):gsub("\n", "; ")))
       end },
     { name = "build", needs = "toolchain", timeout = 120, run = function(ctx)
         ctx:sh("make -j2")

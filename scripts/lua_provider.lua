@@ -89,10 +89,11 @@ end
 
 --[[ Running programs ]]
 
--- Runs argv to completion; on_chunk(stream, data) sees the output as it
--- comes. Returns exit_code, signal_name. A program that cannot start gives
+-- Starts argv in its own process group; on_chunk(stream, data) sees the
+-- output as it comes. Returns a function that waits for the end and
+-- returns exit_code, signal_name. A program that cannot start ends with
 -- 127 and a message on stderr, as the protocol asks.
-local function run(s, argv, opts, on_chunk)
+local function start(s, argv, opts, on_chunk)
   local done = task.event()
   local proc, err = core.spawn{file = argv[1], args = argv, cwd = opts.cwd, env = opts.env,
     stdin = opts.stdin ~= nil, stdout = "chunks", stderr = "chunks", process_group = true,
@@ -101,15 +102,22 @@ local function run(s, argv, opts, on_chunk)
     on_exit = function(code, signal) done:set(code, signal) end}
   if not proc then
     on_chunk("stderr", ("%s: %s\n"):format(argv[1], err))
-    return 127
+    return function() return 127 end
   end
-  s.processes[proc] = true
+  s.processes[proc] = done
   if opts.stdin then proc:write(opts.stdin) end
   if opts.stdin ~= nil then proc:close_stdin() end
-  local code, signal = done:wait()
-  s.processes[proc] = nil
-  proc:close()
-  return code, signal
+  return function()
+    local code, signal = done:wait()
+    s.processes[proc] = nil
+    proc:close()
+    return code, signal
+  end
+end
+
+-- Runs argv to completion (see start).
+local function run(s, argv, opts, on_chunk)
+  return start(s, argv, opts, on_chunk)()
 end
 
 local function command_env(s, extra)
@@ -127,10 +135,32 @@ end
 
 local methods = {}
 
+-- rm -r without following symlinks; synchronous, so a cancelled request
+-- cannot leave it half done.
+local function remove_tree(path)
+  local mode = lfs.symlinkattributes(path, "mode")
+  if mode == "directory" then
+    for name in lfs.dir(path) do
+      if name ~= "." and name ~= ".." then remove_tree(path .. "/" .. name) end
+    end
+    lfs.rmdir(path)
+  elseif mode then
+    os.remove(path)
+  end
+end
+
+-- Kills the session's processes (their whole groups), waits until they
+-- are gone (a killed process may still be writing into the directory),
+-- then removes the session's files.
 local function remove_session(s)
-  for proc in pairs(s.processes) do proc:kill("KILL") end
   sessions[s.id] = nil
-  run(s, {"rm", "-rf", "--", s.root}, {}, function() end)
+  local exits = {}
+  for proc, done in pairs(s.processes) do
+    proc:kill("KILL")
+    exits[#exits + 1] = done
+  end
+  for _, done in ipairs(exits) do done:wait() end
+  remove_tree(s.root)
 end
 
 -- Fills the new session s: the workspace copy, then its cwd.
@@ -188,8 +218,9 @@ function methods.spawn(params, req)
   local s = session_of(params)
   counter = counter + 1
   local id = "proc_" .. counter
+  local wait = start(s, params.argv, command_opts(s, params), function() end)
+  task.spawn(wait)   -- reaps it; the reply goes now, while it runs
   req:event{type = "started", process_id = id}
-  task.spawn(run, s, params.argv, command_opts(s, params), function() end)
   return {process_id = id}
 end
 
@@ -238,7 +269,7 @@ function methods.remove(params)
   local s = session_of(params)
   local path = resolve(s, params.path, "remove", true)
   if not lfs.symlinkattributes(path, "mode") then server.fail("not_found", ("remove `%s`: no such file"):format(params.path)) end
-  run(s, {"rm", "-rf", "--", path}, {}, function() end)
+  remove_tree(path)
   return {}
 end
 

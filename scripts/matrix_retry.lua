@@ -27,10 +27,12 @@ return wf.define {
                 when = function(failure) return failure.exit_code == TEMPFAIL end },
       run = flaky_shard },
     { name = "report", needs = "test", always = true, run = function(ctx)
-        local attempts = 0
-        for id, n in pairs(ctx.inputs.test or {}) do
-          ctx.log(id, "passed on attempt", n)
-          attempts = attempts + n
+        local results, ids, attempts = ctx.inputs.test or {}, {}, 0
+        for id in pairs(results) do ids[#ids + 1] = id end
+        table.sort(ids)
+        for _, id in ipairs(ids) do
+          ctx.log(id, "passed on attempt", results[id])
+          attempts = attempts + results[id]
         end
         ctx.log("total attempts:", attempts)
       end },

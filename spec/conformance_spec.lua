@@ -97,6 +97,20 @@ describe("smol.conformance", function()
   bundled_passes("local/default")
   bundled_passes("bwrap/default")
 
+  -- The example provider written in Lua (scripts/lua_provider.lua, run by
+  -- `smolwf provider serve`): part 1 only, and all of it right.
+  describe("against the example Lua provider", function()
+    it("passes every check it does not skip", function()
+      local file = SPEC_DIR .. "/../scripts/lua_provider.lua"
+      if not hostside.exists(file) then return pending("no scripts/lua_provider.lua") end
+      local report = conformance.run{program = "sh",
+        args = {"-c", 'exec "$0" provider serve "$1"', core.exe_path(), file},
+        profile = "lua/local"}
+      assert.is_true(report.passed > 60, "only " .. report.passed .. " checks passed")
+      assert.are.equal(0, report.failed, "failed checks:\n" .. failures(report))
+    end)
+  end)
+
   describe("against a naive provider", function()
     local report, by_name, root
 
@@ -160,8 +174,22 @@ describe("smol.conformance", function()
         .. "SMOLWF_CONFORMANCE_LEAK .*; got seen: \"SMOLWF_CONFORMANCE_LEAK=leak%-", line)
     end)
 
+    it("catches a provider that dies on a bad line", function()
+      local crashing = conformance.by_name(conformance.run{program = "lua5.4",
+        args = {NAIVE, root, "crash"}, profile = "naive/default", groups = {"bad lines"}})
+      local served = crashing["bad lines: after all that the provider keeps serving"]
+      assert.are.equal("fail", served.status)
+      assert.matches("provider exit code 1", served.got)
+      local protocol
+      for name, r in pairs(crashing) do
+        if name:match("^bad lines: replies well%-formed") then protocol = r end
+      end
+      assert.are.equal("fail", protocol.status)
+      assert.matches("provider exited unasked %(exit code 1%)", protocol.got)
+    end)
+
     it("leaves none of the naive provider's processes behind", function()
-      local left = hostside.find_procs(NAIVE)
+      local left = hostside.find_procs(root)   -- its unique argument: other runs may be going on
       assert.are.same({}, left)
       assert.is_false(hostside.exists(report.workspace))
     end)

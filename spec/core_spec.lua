@@ -220,6 +220,45 @@ describe("smol.core", function()
     end)
   end)
 
+  describe("the host's own stdin and stdout", function()
+    -- a child smolwf echoes its stdin through read_stdin/write_stdout
+    local ECHO = [[
+      local core = require "smol.core"
+      local max = tonumber(os.getenv("MAX_LINE"))
+      local r = core.read_stdin{mode = os.getenv("MODE"), max_line = max, on_data = function(d, err)
+        if d then core.write_stdout("<" .. d .. ">")
+        else core.write_stdout(err and ("error:" .. err) or "EOF") end
+      end}
+      local second, why = core.read_stdin{on_data = print}
+      core.write_stdout(tostring(second) .. "," .. why .. ";")
+      while core.run_once() do end
+      assert(core.stdout_pending() == 0)]]
+
+    local function echo(mode, input, max_line)
+      local env = {MODE = mode, MAX_LINE = max_line and tostring(max_line) or "", PATH = os.getenv("PATH")}
+      local r = run{file = core.exe_path(), args = {"smolwf", "-e", ECHO}, env = env,
+                    stdin = true, stdout = "chunks", before_wait = function(p)
+                      p:write(input)
+                      p:close_stdin()
+                    end}
+      assert.equal(0, r.code, table.concat(r.stderr, "\n"))
+      return table.concat(r.stdout)
+    end
+
+    it("reads lines, the last one without a newline too, then EOF", function()
+      assert.equal("nil,busy;<a><bb><ccc>EOF", echo("lines", "a\nbb\nccc"))
+    end)
+
+    it("reads chunks", function()
+      local out = echo("chunks", "a\nbb\0\255")
+      assert.equal("a\nbb\0\255", out:match("^nil,busy;(.*)EOF$"):gsub("[<>]", ""))
+    end)
+
+    it("stops at an over-long line", function()
+      assert.equal("nil,busy;<a>error:line longer than 2 bytes", echo("lines", "a\nbbb\nc\n", 2))
+    end)
+  end)
+
   describe("base64", function()
     it("round-trips every byte value", function()
       local all = {}

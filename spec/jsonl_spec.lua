@@ -116,6 +116,14 @@ describe("smol.jsonl", function()
       assert.is_true(errors.is(later, "provider_exited"))
     end)
 
+    it("reports a provider that died halfway through a line as exited", function()
+      local conn = start(FAULT)
+      open(conn)
+      local e = h.catch(conn.request, conn, "exec", {argv = {"cut"}})
+      assert.is_true(errors.is(e, "provider_exited"), tostring(e))
+      assert.matches("exited with status 1 %(after it sent a line that is not valid JSON", e.message)
+    end)
+
     local function broken(argv, pattern, opts)
       local conn = start(FAULT, opts)
       open(conn)
@@ -158,6 +166,12 @@ describe("smol.jsonl", function()
       assert.is_true(errors.is(e, "not_found"), tostring(e))
       assert.equal("start", e.op)
       assert.matches("failed to start provider `/nonexistent/provider`: not_found: cannot run provider", tostring(e))
+    end)
+
+    it("fails clearly when the program cannot be executed", function()
+      local e = h.catch(jsonl.start, h.fixture("helpers.lua"))   -- not executable
+      assert.is_true(errors.is(e, "permission_denied"), tostring(e))
+      assert.matches("cannot run provider `.*helpers.lua`", e.message)
     end)
 
     it("times a request out and drops its late reply", function()

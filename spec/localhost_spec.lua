@@ -142,5 +142,18 @@ describe("sandbox.host", function()
       assert.same({137, "KILL"}, {rq.exit_code, rq.signal})
       assert.is_true(errors.is(h.catch(q.wait, q), "unknown_process"))
     end)
+
+    it("kills what it spawned when closed", function()
+      local p = host:spawn{"sh", "-c", "echo $$; exec sleep 30"}
+      local pid
+      assert.is_true(h.wait_until(function()
+        local r = p:wait{timeout = 0.01}
+        pid = pid or tonumber(r.stdout:match("%d+"))
+        return pid ~= nil
+      end))
+      host:close()
+      assert.is_true(h.wait_until(function() return not h.alive(pid) end))
+      assert.has_error(function() host:exec{"true"} end, "host: exec: attempt to use a closed session")
+    end)
   end)
 end)

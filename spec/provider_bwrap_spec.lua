@@ -225,10 +225,16 @@ describe("bwrap sessions of the bundled provider", function()
     end)
 
     it("let auto/default fall back to local/default and say so", function()
-      local sb = sandbox.open{program = wrapper{env = {SMOLWF_BWRAP = "/nonexistent/bwrap"}},
-                              profile = "auto/default", workspace = h.tempdir()}
+      local program = wrapper{env = {SMOLWF_BWRAP = "/nonexistent/bwrap"}}
+      local sb = sandbox.open{program = program, profile = "auto/default", workspace = h.tempdir()}
       assert.equal("none", sb.capabilities.isolation)
+      assert.is_true(sb.capabilities.network)
       assert.equal(0, sb:exec{"true"}.exit_code)
+      local described = {}
+      for _, p in ipairs(sandbox.connection(program):request("describe", {}).profiles) do
+        described[p.name] = p.isolation
+      end
+      assert.equal("none", described["auto/default"])
     end)
   end)
 

@@ -9,6 +9,30 @@ local function sh(cmd)
   assert(os.execute(cmd), cmd)
 end
 
+-- Every way out of a session a spec can make: each must be permission_denied.
+local function assert_no_escape(conn, s)
+  local outside = ph.tempdir()
+  ph.exec(conn, s, {"sh", "-c", table.concat({
+    "ln -s /etc/passwd passwd", "ln -s /etc etc", "ln -s " .. outside .. " out",
+    "mkdir d", "ln -s ../../.. d/up"}, "; ")})
+  local cases = {
+    {"read_file", {path = "/etc/passwd"}}, {"read_file", {path = "../../../../etc/passwd"}},
+    {"read_file", {path = "passwd"}}, {"read_file", {path = "etc/passwd"}},
+    {"list_dir", {path = "d/up"}}, {"stat", {path = "d/up/x"}},
+    {"write_file", {path = "out/planted", content_base64 = ph.b64("x")}},
+    {"write_file", {path = "passwd", content_base64 = ph.b64("x")}},
+    {"create_dir_all", {path = "out/sub"}}, {"remove", {path = "out/x"}},
+    {"remove", {path = ".."}}, {"create_dir_all", {path = "/usr/local/x"}},
+    {"read_file", {path = s.cwd .. "/../../other/workspace/f"}},
+  }
+  for _, c in ipairs(cases) do
+    local req = ph.op(conn, s, c[1], c[2])
+    assert.equals("permission_denied", req.error and req.error.code, c[1] .. " " .. c[2].path)
+  end
+  assert.is_nil(next(ph.list(outside)))
+  ph.rm(outside)
+end
+
 describe("provider workspace copy at open", function()
   local src, outside
 
@@ -153,31 +177,30 @@ describe("provider file operations", function()
   end)
 
   it("refuses every way out of the session with permission_denied", function()
-    local outside = ph.tempdir()
-    ph.exec(conn, s, {"sh", "-c", table.concat({
-      "ln -s /etc/passwd passwd", "ln -s /etc etc", "ln -s " .. outside .. " out",
-      "mkdir d", "ln -s ../../.. d/up"}, "; ")})
-    local cases = {
-      {"read_file", {path = "/etc/passwd"}}, {"read_file", {path = "../../../../etc/passwd"}},
-      {"read_file", {path = "passwd"}}, {"read_file", {path = "etc/passwd"}},
-      {"list_dir", {path = "d/up"}}, {"stat", {path = "d/up/x"}},
-      {"write_file", {path = "out/planted", content_base64 = ph.b64("x")}},
-      {"write_file", {path = "passwd", content_base64 = ph.b64("x")}},
-      {"create_dir_all", {path = "out/sub"}}, {"remove", {path = "out/x"}},
-      {"remove", {path = ".."}}, {"create_dir_all", {path = "/usr/local/x"}},
-      {"read_file", {path = s.cwd .. "/../../other/workspace/f"}},
-    }
-    for _, c in ipairs(cases) do
-      local req = op(c[1], c[2])
-      assert.equals("permission_denied", req.error and req.error.code, c[1] .. " " .. c[2].path)
-    end
-    assert.is_nil(next(ph.list(outside)))
-    ph.rm(outside)
+    assert_no_escape(conn, s)
   end)
 
   it("reaches the session's files by absolute and relative paths", function()
     op("write_file", {path = s.cwd .. "/abs", content_base64 = ph.b64("1")})
     assert.equals("1", ph.unb64(op("read_file", {path = "./x/../abs"}).result.content_base64))
     assert.equals("1", ph.unb64(op("read_file", {path = "abs"}).result.content_base64))
+  end)
+end)
+
+-- Where openat2 is missing (Linux < 5.6, some seccomp filters) the provider
+-- walks paths itself and follows no link at all: stricter, never weaker.
+describe("provider file operations without openat2", function()
+  after_each(function()
+    ph.stop_all()
+  end)
+
+  it("still reaches the session's files and refuses every way out", function()
+    local conn = ph.start({env_extra = {SMOLWF_PROVIDER_NO_OPENAT2 = "1"}})
+    local s = ph.open(conn)
+    assert.same({}, ph.op(conn, s, "create_dir_all", {path = "a/b"}).result)
+    ph.op(conn, s, "write_file", {path = "a/b/f", content_base64 = ph.b64("w")})
+    assert.equals("w", ph.unb64(ph.op(conn, s, "read_file", {path = s.cwd .. "/a/b/f"}).result.content_base64))
+    assert.equals("not_found", ph.op(conn, s, "read_file", {path = "a/nope"}).error.code)
+    assert_no_escape(conn, s)
   end)
 end)

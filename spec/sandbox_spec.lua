@@ -17,8 +17,14 @@ local function params_of(ws, method)
 end
 
 describe("smol.sandbox", function()
+  -- Every provider a test started is shut down and gone before the next.
   after_each(function()
+    local conns = sandbox.connections()
     sandbox.shutdown()
+    for _, conn in ipairs(conns) do
+      assert.is_false(h.alive(conn.pid), "provider " .. conn.pid .. " left running")
+    end
+    assert.same({}, sandbox.connections())
     h.cleanup()
   end)
 
@@ -120,6 +126,11 @@ describe("smol.sandbox", function()
       assert.has_error(function() sandbox.open{program = SEED, profile = "nope"} end,
         'sandbox.open: profile must be "PROVIDER/NAME", got "nope"')
       assert.has_error(function() sb.read_file("x") end)
+      assert.has_error(function() sb:exec{"a", time_out = 3} end, 'sandbox: exec: unknown option "time_out"')
+      assert.has_error(function() sb:exec{"a", timeout = "3"} end,
+        "sandbox: exec: option timeout must be a number, got string")
+      assert.has_error(function() sb:spawn{"a", env = {A = 1}} end,
+        "sandbox: spawn: env must map strings to strings (bad entry A)")
     end)
   end)
 
@@ -150,6 +161,26 @@ describe("smol.sandbox", function()
       local chunks = {}
       sb:exec{"big", "3000", on_stdout = function(c) chunks[#chunks + 1] = c end}
       assert.same({string.rep("\255\255\128", 3000)}, chunks)
+    end)
+
+    it("runs callbacks in the waiting task, in order", function()
+      local t
+      local seen = {}
+      t = task.spawn(function()
+        return sb:exec{"interleave", "C", "3", "0",
+          on_event = function(ev) seen[#seen + 1] = {ev.type, task.current() == t} end}
+      end)
+      t:join()
+      assert.same({{"started", true}, {"stdout", true}, {"stdout", true}, {"stdout", true}, {"exited", true}}, seen)
+    end)
+
+    it("applies max_line_bytes given at open", function()
+      local capped = sandbox.open{program = FAULT, workspace = h.tempdir(), max_line_bytes = 4096}
+      assert.are_not.equal(sb._conn, capped._conn)
+      local e = h.catch(capped.exec, capped, {"long", "10000"})
+      assert.is_true(errors.is(e, "protocol"), tostring(e))
+      assert.matches("limit 4096 bytes", e.message)
+      assert.equal("x", sb:exec{"x"}.stdout)   -- the uncapped provider is another process
     end)
 
     it("fails a request on invalid base64", function()
@@ -230,6 +261,14 @@ describe("smol.sandbox", function()
     local e = h.catch(sandbox.open, {program = "/nonexistent/smol-provider"})
     assert.is_true(errors.is(e, "not_found"), tostring(e))
     assert.matches("provider `/nonexistent/smol%-provider`", tostring(e))
+  end)
+
+  it("starts $SMOLWF_PROVIDER when no program is named", function()
+    local out, status = h.run_host(([[
+      local sb = require("smol.sandbox").open{workspace = %q}
+      print(sb.id, sb._conn.program)]]):format(h.tempdir()), {SMOLWF_PROVIDER = FAULT})
+    assert.equal(0, status, out)
+    assert.equal("fault_1\t" .. FAULT .. "\n", out)
   end)
 
   it("closes sessions and shuts providers down when the host exits", function()
@@ -365,6 +404,24 @@ describe("smol.sandbox", function()
                           on_stdout = function(c) n = n + #c end}
         assert.equal(3000000, n)
         assert.is_nil(r.stdout)
+      end)
+
+      it_real("kills the process of a cancelled exec", function()
+        local t = task.spawn(function()
+          return sb:exec{"sh", "-c", "echo $$ > pid; exec sleep 30"}
+        end)
+        local pid
+        assert.is_true(h.wait_until(function()
+          local ok, text = pcall(sb.read_file, sb, "pid")
+          pid = ok and text:match("%d+\n") or nil
+          return pid ~= nil
+        end))
+        pid = pid:match("%d+")
+        t:cancel()
+        assert.equal("cancelled", h.catch(t.join, t).code)
+        assert.is_true(h.wait_until(function()
+          return sb:exec{"sh", "-c", "kill -0 " .. pid .. " 2>/dev/null"}.exit_code ~= 0
+        end))
       end)
 
       it_real("reports wall timeouts", function()

@@ -161,6 +161,22 @@ describe("workflow progress, live view", function()
     assert.are.equal(written, #out.parts)
   end)
 
+  it("keeps every line of the live block within the width, even for a very long id", function()
+    local out = helpers.sink()
+    local obs = progress.new({out = out, live = true, width = 30, interval = 0.01})
+    local a = {id = "step-with-a-very-long-name[" .. string.rep("k=v,", 10) .. "]"}
+    local run = {name = "t", started_at = core.time(), report_dir = dir, instances = {a}}
+    obs:run_started(run)
+    start(obs, run, a)
+    obs:step_log(run, a, "first\nsecond")
+    local before = obs.draws
+    while obs.draws == before do task.sleep(0.01) end
+    for _, line in ipairs(helpers.lines(out.parts[#out.parts]:gsub("^\27%[%d+F\27%[J", ""))) do
+      assert.is_true(utf8.len(text.strip_ansi(line)) <= 29, line)
+    end
+    obs:run_finished(run)
+  end)
+
   it("folds many running steps into one line", function()
     local out = helpers.sink()
     local obs = progress.new({out = out, live = true, width = 80, interval = 0.01, summary = false})

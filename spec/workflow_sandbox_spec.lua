@@ -6,12 +6,14 @@ local task = require "smol.task"
 local h = require "spec.workflow_helpers"
 
 local PROFILE = "local/default"
+-- An empty workspace: the default (".") would copy the whole repo at each open.
+local SANDBOX = { profile = PROFILE, workspace = "" }
 
 local function run(def, opts)
   opts = opts or {}
   opts.report_dir = opts.report_dir or h.temp_dir()
   if opts.reports == nil then opts.reports = false end
-  def.sandbox = def.sandbox or { profile = PROFILE }
+  def.sandbox = def.sandbox or SANDBOX
   return wf.run(wf.define(def), opts)
 end
 
@@ -80,7 +82,7 @@ describe("workflow steps in a sandbox", function()
     local r = run({ steps = {
       { name = "write", run = function(ctx) ctx:write_file("shared.txt", "from write") end },
       { name = "read", needs = "write", run = function(ctx) return ctx:read_file("shared.txt") end },
-      { name = "own", needs = "write", sandbox = { profile = PROFILE },
+      { name = "own", needs = "write", sandbox = SANDBOX,
         run = function(ctx) return ctx:exec { "test", "-e", "shared.txt" }.exit_code end },
       { name = "check", needs = { "read", "own" }, run = function(ctx)
         assert.are.equal("from write", ctx.inputs.read)

@@ -74,8 +74,8 @@ static void read_stderr(int fd, char *buf, size_t size) {
 static int run_probe(char *out, size_t outlen) {
   static char *const command[] = {"true", NULL};
   static char *const env[] = {"PATH=/usr/bin:/bin", NULL};
-  profile none = {.name = "bwrap/default", .isolation = ISOLATION_NAMESPACES};
-  bwrap_layout layout = {.profile = &none, .command = command};
+  profile plain = {.name = "bwrap/default", .isolation = ISOLATION_NAMESPACES};   /* no binds, no network */
+  bwrap_layout layout = {.profile = &plain, .command = command};
   argvec argv = {0};
   bwrap_args_build(&argv, program, &layout);
   int pipefd[2];

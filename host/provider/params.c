@@ -36,9 +36,10 @@ const char *errno_code(int err) {
 
 bool fail_errno(failure *f, int err, const char *what, const char *path) {
   const char *code = errno_code(err);
-  /* EXDEV and ELOOP come from openat2 refusing a path that leaves the sandbox. */
-  if (err == EXDEV || err == ELOOP)
-    return fail(f, code, "%s `%s`: path leaves the sandbox", what, path);
+  /* openat2 refuses a path that leaves the area with EXDEV; links it may not follow give ELOOP. */
+  if (err == EXDEV) return fail(f, code, "%s `%s`: path leaves the sandbox", what, path);
+  if (err == ELOOP)
+    return fail(f, code, "%s `%s`: a symbolic link on the path leads out of the sandbox or may not be followed", what, path);
   return fail(f, code, "%s `%s`: %s", what, path, strerror(err));
 }
 

@@ -6,7 +6,9 @@
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -15,7 +17,43 @@
 /* openat2 answers EAGAIN when a rename raced with a ".." walk; retrying is what the kernel asks. */
 #define OPENAT2_RETRIES 16
 
+/*
+** Without openat2 (Linux < 5.6, or a seccomp filter that refuses it): walk
+** the normalised path one component at a time and follow no symlink at
+** all, not even one that stays inside. Stricter than the kernel's
+** RESOLVE_BENEATH, never weaker: ".." cannot occur after path_resolve().
+*/
+static int open_walking(int dirfd, const char *rel, int flags, mode_t mode) {
+  int fd = openat(dirfd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  for (const char *p = rel; fd >= 0;) {
+    size_t n = strcspn(p, "/");
+    char name[NAME_MAX + 1];
+    if (n > NAME_MAX) { close(fd); return -ENAMETOOLONG; }
+    memcpy(name, p, n);
+    name[n] = '\0';
+    bool last = p[n] == '\0';
+    int next = last ? openat(fd, name, flags | O_NOFOLLOW | O_CLOEXEC, mode)
+                    : openat(fd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int err = errno;
+    struct stat st;
+    /* A link where a directory is needed is refused as a link, like openat2 would. */
+    if (next < 0 && err == ENOTDIR && fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
+      err = ELOOP;
+    close(fd);
+    if (next < 0) return -err;
+    if (last) return next;
+    fd = next;
+    p += n + 1;
+  }
+  return -errno;
+}
+
+/* Set when the kernel lacks openat2, or by SMOLWF_PROVIDER_NO_OPENAT2=1 (to test the walk). */
+static int use_walk = -1;
+
 int open_beneath(int dirfd, const char *rel, int flags, mode_t mode) {
+  if (use_walk < 0) use_walk = getenv("SMOLWF_PROVIDER_NO_OPENAT2") != NULL;
+  if (use_walk) return open_walking(dirfd, rel, flags, mode);
   struct open_how how = {
     .flags = (unsigned)(flags | O_CLOEXEC),
     .mode = (flags & O_CREAT) ? mode : 0,
@@ -24,6 +62,7 @@ int open_beneath(int dirfd, const char *rel, int flags, mode_t mode) {
   for (int i = 0; i < OPENAT2_RETRIES; i++) {
     long fd = syscall(SYS_openat2, dirfd, rel, &how, sizeof how);
     if (fd >= 0) return (int)fd;
+    if (errno == ENOSYS) { use_walk = 1; return open_walking(dirfd, rel, flags, mode); }
     if (errno != EAGAIN && errno != EINTR) return -errno;
   }
   return -EAGAIN;

@@ -445,11 +445,14 @@ typedef struct stdin_write {
   char *data;
   size_t len;
   request *r;
+  struct stdin_write *next;   /* in p->writes */
 } stdin_write;
 
 static void on_stdin_written(uv_write_t *req, int status) {
   stdin_write *w = (stdin_write *)req;
   proc *p = w->p;
+  for (stdin_write **pp = &p->writes; *pp; pp = &(*pp)->next)
+    if (*pp == w) { *pp = w->next; break; }
   p->in_pending -= w->len;
   if (w->r && status < 0)
     reply_error(w->r, "io_error", "write_stdin: process %s: %s", p->id,
@@ -464,6 +467,9 @@ static void on_stdin_written(uv_write_t *req, int status) {
 static void queue_stdin(proc *p, char *data, size_t len, request *r) {
   stdin_write *w = calloc(1, sizeof *w);
   *w = (stdin_write){.p = p, .data = data, .len = len, .r = r};
+  stdin_write **tail = &p->writes;
+  while (*tail) tail = &(*tail)->next;
+  *tail = w;
   uv_buf_t buf = uv_buf_init(data ? data : "", (unsigned)len);
   p->in_pending += len;
   int rc = uv_write(&w->req, (uv_stream_t *)&p->in, &buf, 1, on_stdin_written);
@@ -634,15 +640,19 @@ void method_write_stdin(request *r, session *s, const cJSON *params) {
 
 /* ===== session close ===== */
 
+static void fail_request(request *r, const session *s, const proc *p) {
+  reply_error(r, "unknown_session", "%s: session %s was closed while process %s ran", r->method, s->id, p->id);
+}
+
+/* Answers now every request a closing session's process owes (shutdown replies only after them). */
 void procs_close_session(session *s) {
   while (s->procs) {
     proc *p = s->procs;
     signal_proc(p, SIGKILL);
-    if (p->req) {
-      request *r = p->req;
-      p->req = NULL;
-      reply_error(r, "unknown_session", "%s: session %s was closed while process %s ran", r->method, s->id, p->id);
-    }
+    if (p->req) fail_request(p->req, s, p);
+    p->req = NULL;
+    for (stdin_write *w = p->writes; w; w = w->next)
+      if (w->r) { fail_request(w->r, s, p); w->r = NULL; }
     proc_forget(p);
   }
 }

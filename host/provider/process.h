@@ -58,6 +58,7 @@ typedef struct proc {
   bool in_open;            /* stdin pipe open for writes (spawn kept for write_stdin) */
   size_t in_pending;       /* bytes queued to stdin and not yet written */
   bool in_eof;             /* close stdin once in_pending reaches 0 */
+  struct stdin_write *writes;   /* queued writes to stdin, oldest first (process.c) */
   uint64_t max_output;     /* per-stream cap of the captured copy */
   uv_timer_t wall_timer, idle_timer, grace_timer, wait_timer;
   unsigned timers_open;    /* timer handles not yet closed */

@@ -109,8 +109,12 @@ static void add_builtins(void) {
   add_builtin("bwrap/default", ISOLATION_NAMESPACES, false, false);
   add_builtin("bwrap/network", ISOLATION_NAMESPACES, true, false);
   add_builtin("local/default", ISOLATION_NONE, true, false);
-  /* auto/default describes its preferred choice; the session says what it got. */
-  add_builtin("auto/default", ISOLATION_NAMESPACES, false, true);
+  /*
+  ** auto/default promises no isolation of its own (isolation is what a
+  ** profile guarantees); being automatic, it takes bubblewrap where that
+  ** works, and the session says what it got.
+  */
+  add_builtin("auto/default", ISOLATION_NONE, false, true);
 }
 
 static bool is_builtin_name(const char *name) {

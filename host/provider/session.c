@@ -15,16 +15,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bwrap_probe.h"
 #include "methods.h"
 #include "paths.h"
 #include "process.h"
 #include "workspace.h"
-
-/*
-** backend_bwrap.c is written separately; until it is linked in, the weak
-** reference is NULL and namespace profiles answer `unsupported`.
-*/
-#pragma weak backend_bwrap
 
 static session *sessions;
 static unsigned long next_session;
@@ -190,18 +185,21 @@ static const profile *find_profile(const cJSON *params, failure *f) {
   return p;
 }
 
-/* Runs the backend's open; an automatic profile falls back to the local backend. */
+/*
+** Runs the backend's open. An automatic profile takes bubblewrap when the
+** probe says it works here, and the local backend otherwise or when the
+** sandbox fails to start; every other profile fails closed.
+*/
 static bool open_backend(session *s, failure *f) {
-  const backend_ops *preferred = s->profile->isolation == ISOLATION_NAMESPACES || s->profile->automatic
-                                 ? &backend_bwrap : &backend_local;
-  const char *code = "unsupported";
-  char msg[sizeof f->message] = "bubblewrap support is not built into this provider";
-  if (preferred) {
-    s->backend = preferred;
-    if (preferred->open(s, &code, msg, sizeof msg) == 0) return true;
-    s->backend = NULL;
-  }
-  if (s->profile->automatic) {
+  bool automatic = s->profile->automatic;
+  bool namespaces = s->profile->isolation == ISOLATION_NAMESPACES || (automatic && bwrap_usable(NULL));
+  const char *code = "internal";
+  char msg[sizeof f->message] = "";
+  s->backend = namespaces ? &backend_bwrap : &backend_local;
+  if (s->backend->open(s, &code, msg, sizeof msg) == 0) return true;
+  s->backend = NULL;
+  if (automatic && namespaces) {
+    fprintf(stderr, "smolwf-provider: %s: %s; using local/default\n", s->profile->name, msg);
     s->backend = &backend_local;
     if (backend_local.open(s, &code, msg, sizeof msg) == 0) return true;
     s->backend = NULL;
@@ -289,9 +287,9 @@ void method_shutdown(request *r, const cJSON *params) {
   server_stop(r);
 }
 
-static const char *isolation_name(const profile *p) {
-  if (p->automatic) return "auto";
-  return p->isolation == ISOLATION_NAMESPACES ? "namespaces" : "none";
+/* What a session of p would enforce here: an automatic profile says what it would pick. */
+static bool enforces_namespaces(const profile *p) {
+  return p->isolation == ISOLATION_NAMESPACES || (p->automatic && bwrap_usable(NULL));
 }
 
 void method_describe(request *r, const cJSON *params) {
@@ -302,8 +300,9 @@ void method_describe(request *r, const cJSON *params) {
   for (size_t i = 0; i < n; i++) {
     cJSON *p = cJSON_CreateObject();
     cJSON_AddStringToObject(p, "name", all[i].name);
-    cJSON_AddStringToObject(p, "isolation", isolation_name(&all[i]));
-    cJSON_AddBoolToObject(p, "network", all[i].network || all[i].isolation == ISOLATION_NONE);
+    bool namespaces = enforces_namespaces(&all[i]);
+    cJSON_AddStringToObject(p, "isolation", namespaces ? "namespaces" : "none");
+    cJSON_AddBoolToObject(p, "network", all[i].network || !namespaces);
     cJSON_AddItemToArray(list, p);
   }
   cJSON *result = cJSON_CreateObject();

@@ -5,11 +5,13 @@
 ** Why vfork: the child must set its process group, stdio, cwd and rlimits
 ** before exec. posix_spawn cannot set rlimits, and fork() copies the
 ** provider's page tables (which is what makes libuv's uv_spawn slower).
-** vfork runs the child on the parent's memory until exec, like glibc's
+** vfork runs the child on the parent's memory until exec, as glibc's
 ** posix_spawn does internally. Measured on this machine (2 cores, Linux
-** 6.18, /bin/true, start + waitpid, 2000 runs, a 64 MiB heap touched to
-** make page tables matter): vfork 0.39 ms, posix_spawn 0.40 ms,
-** fork 0.62 ms per command.
+** 6.18, loaded by parallel builds, so CPU time rather than wall time:
+** /bin/true, start + waitpid, 2 x 2000 runs): the parent spends 0.035-0.057
+** ms per command with vfork, 0.057-0.067 ms with posix_spawn and
+** 0.079-0.112 ms with fork; the child's exec costs the same ~1.1 ms in all
+** three. A pidfd (backend_local.c) then watches the exit without SIGCHLD.
 **
 ** The vfork child only makes async-signal-safe system calls, writes
 ** nothing the parent reads, and leaves through execve or _exit.

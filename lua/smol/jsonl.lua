@@ -15,8 +15,10 @@ the waiting task's own context, in order, and `on_event` may itself wait.
 Faults:
   - a line that is not a JSON object, nested deeper than max_depth, longer
     than max_line_bytes, a reply for an id never sent or with a null id:
-    the connection is broken. Every pending request fails with a
-    "protocol" error naming what was wrong, and the provider is terminated.
+    the connection is broken and the provider terminated; every pending
+    request then fails with a "protocol" error naming what was wrong
+    (or provider_exited, when the provider died on its own: see
+    break_connection).
   - the provider exits: every pending request fails with "provider_exited"
     naming the program and how it ended.
   - a request whose waiter gives up (cancelled, on_event raised, timeout)
@@ -79,14 +81,19 @@ function Conn:fail_pending(err)
   end
 end
 
--- The connection is unusable (the provider broke the protocol): fail every
--- pending request, remember why, and make the provider go away.
+--[[
+The connection is unusable (the provider broke the protocol): no more
+requests go out, and the provider is made to go away. Pending requests
+fail when it has exited: with this protocol error if our TERM/KILL ended
+it, but with provider_exited if it died on its own, as a provider that
+crashes halfway through writing a line does (its cut line is garbage
+only because it crashed).
+]]
 function Conn:break_connection(message)
   if self.state ~= "running" then return end
-  local err = errors.new{code = "protocol", program = self.program,
+  self.state, self.broken_because = "broken", message
+  self.failure = errors.new{code = "protocol", program = self.program,
     message = ("provider `%s` %s"):format(self.program, message)}
-  self.state, self.failure = "broken", err
-  self:fail_pending(err)
   self.proc:close_stdin()
   self.proc:kill("TERM")
   self:arm_kill_timer()
@@ -108,15 +115,22 @@ function Conn:arm_kill_timer()
   end)
 end
 
+-- What pending requests fail with once the provider has exited.
+function Conn:exit_failure(code, signal)
+  local ended_by_us = signal == "TERM" or signal == "KILL"
+  if self.state == "broken" and ended_by_us then return self.failure end
+  local message = ("provider `%s` %s"):format(self.program, describe_exit(code, signal))
+  if self.broken_because then message = message .. " (after it " .. self.broken_because .. ")" end
+  return errors.new{code = "provider_exited", program = self.program,
+    exit_code = code, signal = signal, message = message}
+end
+
 function Conn:on_exit(code, signal)
   self.exit_code, self.exit_signal = code, signal
   if self.kill_timer then self.kill_timer:stop() end
-  local err = errors.new{code = "provider_exited", program = self.program,
-    exit_code = code, signal = signal,
-    message = ("provider `%s` %s"):format(self.program, describe_exit(code, signal))}
-  if self.state == "running" then self.failure = err end
+  self.failure = self:exit_failure(code, signal)
   self.state = "exited"
-  self:fail_pending(self.failure or err)
+  self:fail_pending(self.failure)
   self.proc:close()
   notify_observer(self, "exit", code)
   self.exited:set(code, signal)
@@ -178,7 +192,8 @@ end
 
 function Conn:on_line(line)
   notify_observer(self, "recv", line)
-  if line == "" then return end
+  -- After a protocol error nothing the provider says can be trusted.
+  if line == "" or self.state ~= "running" then return end
   local ok, msg = decode_line(self.codec, line)
   if not ok then
     return self:break_connection("sent a line that is not valid JSON: " .. tostring(msg))
@@ -226,11 +241,13 @@ local function spawn_provider(conn, opts)
   }
 end
 
+local START_ERROR_CODE = {ENOENT = "not_found", EACCES = "permission_denied", EPERM = "permission_denied"}
+
 --[[
 Starts `program serve` (opts.args replaces {"serve"}). opts: max_line_bytes,
 max_depth, env, cwd, on_stderr(line) (default: our stderr, each line
 prefixed with "[NAME] "). A program that cannot be started raises an error
-with code "not_found" (or the errno name's lower case) and op "start".
+with code "not_found" or "permission_denied" (else "io_error") and op "start".
 ]]
 function jsonl.start(program, opts)
   opts = opts or {}
@@ -248,7 +265,7 @@ function jsonl.start(program, opts)
   conn.info = {program = program, conn = conn.number}
   local proc, msg, errname = spawn_provider(conn, opts)
   if not proc then
-    errors.raise{code = errname == "ENOENT" and "not_found" or "io_error",
+    errors.raise{code = START_ERROR_CODE[errname] or "io_error",
       op = "start", path = program, program = program,
       message = ("cannot run provider `%s`: %s"):format(program, tostring(msg))}
   end

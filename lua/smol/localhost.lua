@@ -62,12 +62,20 @@ function localhost.new(opts)
   if lfs.attributes(cwd, "mode") ~= "directory" then
     errors.raise{code = "not_found", op = "open", path = cwd, message = "cwd is not a directory: " .. cwd}
   end
-  return setmetatable({id = "host", cwd = cwd, program = "host",
+  return setmetatable({id = "host", cwd = cwd, program = "host", _spawned = setmetatable({}, {__mode = "k"}),
     capabilities = {exec = true, process = true, timeout = true, signal = true,
                     output_limit = true, fs_extra = true, isolation = "none"}}, Host)
 end
 
-function Host:close() self._closed = true end
+-- Like a provider's close: every process the session spawned and nobody
+-- waited for is killed (its whole group). Idempotent.
+function Host:close()
+  if self._closed then return end
+  self._closed = true
+  for p in pairs(self._spawned) do
+    if not p._done and p._proc then p._proc:kill("KILL") end
+  end
+end
 Host.__close = Host.close
 
 --[[ File operations ]]
@@ -358,6 +366,7 @@ function Host:spawn(spec)
   local p = setmetatable({process_id = proc and tostring(proc.pid) or "not_started", argv = argv,
     session = self, _proc = proc, _box = box, _outcome = new_outcome(spec),
     _callbacks = {on_stdout = spec.on_stdout, on_stderr = spec.on_stderr, on_event = spec.on_event}}, Process)
+  self._spawned[p] = true
   if spec.on_event then spec.on_event({type = "started", process_id = p.process_id}) end
   return p
 end

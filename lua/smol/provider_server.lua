@@ -230,10 +230,14 @@ local function count_others(inflight, except)
 end
 
 --- Waits until every request in flight has been answered, cancelling those
--- that are still blocked (they answer with a `cancelled` error).
+-- that are still blocked (they answer with a `cancelled` error). A `close`
+-- in flight is left to finish: cancelling it would leave a half-closed
+-- session behind.
 function Server:drain(except)
   for _, req in pairs(self.inflight) do
-    if req ~= except and req.task then req.task:cancel("the provider is shutting down") end
+    if req ~= except and req.task and req.method ~= "close" then
+      req.task:cancel("the provider is shutting down")
+    end
   end
   while count_others(self.inflight, except) > 0 do
     self.drained = task.event()

@@ -124,6 +124,13 @@ function sandbox.shutdown(program)
   end
 end
 
+-- Every pooled connection, live or not yet replaced (for tests and tools).
+function sandbox.connections()
+  local list = {}
+  for _, conn in pairs(pool) do list[#list + 1] = conn end
+  return list
+end
+
 -- The pooled connection of program, or nil (for tests and tools).
 function sandbox.connection(program)
   for _, conn in pairs(pool) do
@@ -202,20 +209,17 @@ local function check_open(self, op)
 end
 
 -- Params as JSON text: {"session": <the session, encoded once>, fields...}.
--- raw holds base64 strings, spliced in as is (they need no escaping and
--- can be large: no second copy through the encoder).
+-- raw is {key, base64}: spliced in as is (base64 needs no escaping and can
+-- be large: no second copy through the encoder).
+local EMPTY = setmetatable({}, {__newindex = function() error("EMPTY is read-only", 2) end})
+
 function Session:params_json(fields, raw)
-  local parts = {'{"session":', self._session_json}
-  for k, v in pairs(raw or {}) do
-    parts[#parts + 1] = (',"%s":"%s"'):format(k, v)
+  local rest = codec.encode(fields or EMPTY)
+  rest = rest ~= "{}" and "," .. rest:sub(2) or "}"
+  if raw then
+    return table.concat{'{"session":', self._session_json, ',"', raw[1], '":"', raw[2], '"', rest}
   end
-  local rest = codec.encode(fields or {})
-  if rest ~= "{}" then
-    parts[#parts + 1] = "," .. rest:sub(2)
-  else
-    parts[#parts + 1] = "}"
-  end
-  return table.concat(parts)
+  return '{"session":' .. self._session_json .. rest
 end
 
 -- One request on behalf of op; errors get the op and path as context.
@@ -254,7 +258,7 @@ function Session:write_file(path, data, opts)
     self:require_capability("fs_extra", "write_file", path)
     fields.append, fields.mode = opts.append, opts.mode
   end
-  self:call("write_file", fields, {path = path, raw = {content_base64 = core.b64encode(data)}})
+  self:call("write_file", fields, {path = path, raw = {"content_base64", core.b64encode(data)}})
 end
 
 -- Returns the bytes; with opts.offset/length (fs_extra) also whether they reach the end.
@@ -383,8 +387,8 @@ end
 function Session:process_fields(spec, argv, op)
   local caps = self.capabilities
   local fields = {argv = argv, cwd = spec.cwd or null, env = spec.env or null}
-  local raw = {}
-  if spec.stdin ~= nil then raw.stdin_base64 = core.b64encode(spec.stdin) else fields.stdin_base64 = null end
+  local raw
+  if spec.stdin ~= nil then raw = {"stdin_base64", core.b64encode(spec.stdin)} else fields.stdin_base64 = null end
   if caps.timeout then
     fields.timeout_ms = spec.timeout and math.floor(spec.timeout * 1000 + 0.5) or nil
     fields.idle_timeout_ms = spec.idle_timeout and math.floor(spec.idle_timeout * 1000 + 0.5) or nil
@@ -470,7 +474,7 @@ end
 
 function Process:write(data)
   if type(data) ~= "string" then error("sandbox: process:write: data must be a string", 2) end
-  self:request("write_stdin", {}, {raw = {data_base64 = core.b64encode(data)}})
+  self:request("write_stdin", {}, {raw = {"data_base64", core.b64encode(data)}})
 end
 
 function Process:close_stdin()

@@ -1,9 +1,50 @@
--- smol.workflow: workflows as Lua tables of steps that run in sandboxes.
---
---   local wf = require "smol.workflow"
---   return wf.define{name = "ci", steps = {{name = "build", run = function(ctx) ... end}}}
---
--- wf.run(def, opts) runs one (see run() below); `smolwf run FILE` is the CLI.
+--[[
+smol.workflow: workflows as Lua tables of steps that run in sandboxes.
+
+  local wf = require "smol.workflow"
+  return wf.define{
+    name = "ci",                                   -- optional
+    sandbox = {profile = "auto/default", workspace = "."},  -- the steps' shared session
+    jobs = 4,                                      -- concurrency cap (--jobs overrides)
+    params = {mode = "debug"},                     -- defaults of ctx.params (--param k=v)
+    steps = {
+      {name = "build", run = function(ctx) ctx:sh("make"); return {bin = "app"} end},
+      {name = "test", needs = "build", matrix = {shard = {1, 2}}, timeout = 60,
+       retry = {attempts = 3, backoff = 0.5, when = function(f) return f.exit_code == 75 end},
+       run = function(ctx) ctx:sh("./" .. ctx.inputs.build.bin .. " " .. ctx.matrix.shard) end},
+      {name = "collect", needs = "test", always = true,
+       run = function(ctx) ctx:save_artifact("out/logs") end},
+    },
+  }
+
+Step fields: name, run(ctx) (required); needs (a name or a list), timeout
+(seconds, per attempt), matrix ({key = {values...}}: one instance per
+combination, "test[shard=2]"), retry {attempts (total, default 1), backoff
+(seconds before the 2nd attempt, doubling after), when(failure) -> bool},
+continue_on_error, always, sandbox (the step's own session, one per
+instance), description. Anything else is an error that names the field.
+
+ctx: every session method (exec, spawn, read_file, write_file,
+create_dir_all, remove, create_temp_dir, stat, list_dir; the session opens
+on first use), ctx:sh(cmd[, exec_opts]) (sh -c; a non-zero exit raises an
+error naming the command, exit code and last lines of stderr; returns the
+result), ctx:save_artifact(path[, name]) (copies out of the sandbox into
+REPORT_DIR/artifacts/<instance>/<name>, returns the host path),
+ctx.log(...), ctx:session(), and the fields inputs (the needed steps'
+return values by step name; for a matrix step a table by instance id),
+matrix, params, step, id, attempt, report_dir.
+
+Semantics: a step runs when all its needs succeeded (or failed with
+continue_on_error). A failure (an error raised, ctx:sh's non-zero exit, a
+timeout) skips its dependents and cancels the running steps (their
+processes are killed) and those not started, unless keep_going; `always`
+steps run once their needs ended, whatever the outcome. A timeout also
+stops Lua code that never yields. The retry predicate receives
+{status, attempt, message, exit_code, timed_out, stderr, error}.
+
+wf.run(def, opts) runs one and returns the run table of the contract's
+"Workflow run data model"; `smolwf run FILE` is the CLI (smol.cli.run).
+]]
 local validate = require "smol.workflow.validate"
 local plan = require "smol.workflow.plan"
 
@@ -38,7 +79,7 @@ end
 -- The instances a run would have, in the order they can run (matrix expanded,
 -- --step selection applied). Raises invalid_workflow for an unknown step.
 function wf.instances(def, steps)
-  local instances = plan.instances(validate.check(def))
+  local instances = plan.instances(defined[def] and def or validate.check(def))
   if steps and #steps > 0 then
     local selected, err = plan.select(instances, steps)
     if not selected then error(validate.new_error(def.name, { err }), 0) end

@@ -91,6 +91,7 @@ local function run(conformance, opts)
     end or nil,
   })
   if not ok then
+    if type(report) == "table" then error(report, 0) end   -- Ctrl-C: the host exits 130
     io.stderr:write("smolwf provider-check: ", tostring(report), "\n")
     return 2
   end

@@ -14,8 +14,10 @@ Returns the id-null reply, or nil and what came instead.
 local function null_reply_to(ctx, line)
   local replies, strays = ctx.conn.null_replies, ctx.conn.violations
   local before, strays_before = #replies, #strays
-  ctx.conn:send_raw(line)
-  wire.wait_until(function() return #replies > before or #strays > strays_before end, 5)
+  if not ctx.conn:send_raw(line) then return nil, "provider " .. ctx.conn:exit_status() end
+  wire.wait_until(function()
+    return #replies > before or #strays > strays_before or ctx.conn.exited
+  end, 5)
   return replies[before + 1], strays[strays_before + 1]
 end
 
@@ -69,8 +71,8 @@ local function bad_params(ctx)
 end
 
 local function params_not_object(ctx)
-  local req = ctx.conn:track("params-array", "read_file")
-  ctx.conn:send_raw('{"id": "params-array", "method": "read_file", "params": [1, 2]}')
+  local req = ctx.conn:send_line("params-array", "read_file",
+    '{"id": "params-array", "method": "read_file", "params": [1, 2]}')
   ctx.conn:wait(req)
   return expect.error(req, "invalid_request")
 end
@@ -85,8 +87,8 @@ local function blank_lines(ctx)
 end
 
 local function unknown_fields(ctx)
-  local req = ctx.conn:track("extra-fields", "read_file")
-  ctx.conn:send_raw(json.encode({id = req.id, method = "read_file", future = {x = 1},
+  local req = ctx.conn:send_line("extra-fields", "read_file", json.encode({id = "extra-fields",
+    method = "read_file", future = {x = 1},
     params = {session = ctx.session, path = "seed.txt", future_option = true}}))
   ctx.conn:wait(req)
   local got = expect.is_result(req) and events.field(req.result, "content")

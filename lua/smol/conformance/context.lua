@@ -132,6 +132,11 @@ local function setup(self)
   end
 end
 
+-- Ctrl-C reaches a check as the host's interrupt error: it ends the run, not the check.
+local function is_interrupt(err)
+  return type(err) == "table" and err.code == "interrupted"
+end
+
 local function run_check(self, check)
   local r = {group = self.group.name, name = check[1]}
   if self.setup_error then
@@ -141,6 +146,7 @@ local function run_check(self, check)
     r.got = self.skip_all or ("the session does not announce `" .. check.needs .. "`")
   else
     local ok, pass, expected, got = xpcall(check[2], debug.traceback, self)
+    if not ok and is_interrupt(pass) then self.interrupted = pass; return nil end
     if not ok then pass, expected, got = false, "no error in the kit", pass end
     if pass == "skip" then
       r.status, r.got = "skip", expected
@@ -178,7 +184,8 @@ local function protocol_result(self)
     end
   end
   local r = {group = self.group.name,
-    name = "replies are JSON objects for known ids, nothing after a terminal line",
+    name = "replies well-formed (JSON objects, known ids, none after the terminal line), "
+      .. "no crash, exits when asked",
     expected = "no protocol violations"}
   r.status = #problems == 0 and "pass" or "fail"
   r.got = #problems == 0 and "none" or (#problems .. ": " .. table.concat(problems, "; "))
@@ -190,8 +197,13 @@ function context.run_group(env, group, emit)
   local self = setmetatable({env = env, group = group, conns = {}, sessions = {}}, context)
   local ok, err = pcall(setup, self)
   if not ok then self.setup_error = tostring(err) else self.setup_error = err end
-  for _, check in ipairs(group.checks) do emit(run_check(self, check)) end
+  for _, check in ipairs(group.checks) do
+    local result = run_check(self, check)
+    if self.interrupted then break end
+    emit(result)
+  end
   teardown(self)
+  if self.interrupted then error(self.interrupted, 0) end
   if #self.conns > 0 then emit(protocol_result(self)) end
 end
 

@@ -39,13 +39,22 @@ local function current_environment()
   return env
 end
 
--- Runs the loop until pred() is true or `seconds` passed; returns pred().
-function wire.wait_until(pred, seconds)
+--[[
+Runs the loop until pred() is true or `seconds` passed; returns pred().
+pred is checked after each loop turn; when it watches something outside
+the loop (/proc, files), pass `poll` seconds so a turn ends at least that
+often even when no event comes.
+]]
+function wire.wait_until(pred, seconds, poll)
   if pred() then return true end
   local expired = false
   local timer = core.timer(seconds, function() expired = true end)
   local ok, err = pcall(function()
-    while not pred() and not expired do core.run_once() end
+    while not pred() and not expired do
+      local tick = poll and core.timer(poll, function() end)
+      core.run_once()
+      if tick then tick:stop() end
+    end
   end)
   timer:stop()
   if not ok then error(err, 0) end
@@ -127,6 +136,9 @@ local function spawn_options(self, argv, env)
     on_stderr = function(line) on_stderr(self, line) end,
     on_exit = function(code, signal)
       self.exit_code, self.exit_signal, self.exited = code, signal, true
+      if not self.ending then   -- nobody asked it to: it crashed or gave up
+        note_violation(self, "provider exited unasked (" .. self:exit_status() .. ")")
+      end
       fail_pending(self, "provider exited (" .. self:exit_status() .. ")")
     end,
   }
@@ -187,9 +199,16 @@ function wire:send(method, params, opts)
     self.next_id = self.next_id + 1
     id = self.next_id
   end
-  local req = self:track(id, method, opts.on_event)
-  req.discard_events = opts.discard_events
+  if method == "shutdown" then self.ending = true end
   local line = json.encode({id = id, method = method, params = params or {}})
+  local req = self:send_line(id, method, line, opts.on_event)
+  req.discard_events = opts.discard_events
+  return req
+end
+
+-- Sends a raw line the caller made, expecting replies with `id`; returns the record.
+function wire:send_line(id, method, line, on_event)
+  local req = self:track(id, method, on_event)
   if not self:send_raw(line) then
     self.pending[id] = nil
     req.done, req.lost = true, "provider stdin is closed (" .. self:exit_status() .. ")"
@@ -225,6 +244,7 @@ function wire:wait_exit(seconds)
 end
 
 function wire:close_stdin()
+  self.ending = true
   if self.proc then self.proc:close_stdin() end
 end
 
@@ -241,6 +261,7 @@ function wire:stop(grace)
   end
   local clean = self:wait_exit(grace)
   if not clean then
+    self.ending = true
     self.proc:kill("KILL")
     self:wait_exit(grace)
   end

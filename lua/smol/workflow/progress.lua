@@ -149,7 +149,9 @@ function Plain:flush_partial(inst)
 end
 
 function Plain:step_log(_, inst, message)
-  self:line(inst, text.terminal_line(tostring(message)))
+  for line in (tostring(message) .. "\n"):gmatch("([^\n]*)\n") do
+    self:line(inst, text.terminal_line(line))
+  end
   self.out:flush()
 end
 
@@ -201,7 +203,8 @@ end
 
 function Live:step_log(_, inst, message)
   local st = self.state[inst]
-  if st then st.line = text.terminal_line(tostring(message)) end
+  local line = st and M.latest_line(tostring(message))
+  if line then st.line = line end
 end
 
 function Live:step_retry(_, inst, attempt_no, delay, err)
@@ -276,6 +279,8 @@ function Live:live_block(width)
     lines[#lines + 1] = self:live_line(inst, now, frame, width)
   end
   lines[#lines + 1] = self:footer(now)
+  -- A long id or a narrow terminal must not make a line wrap either.
+  for i, line in ipairs(lines) do lines[i] = text.truncate_styled(line, width) end
   return lines
 end
 

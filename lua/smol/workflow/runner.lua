@@ -90,8 +90,9 @@ local function settle(S, candidates)
 end
 
 local function start_queued(S)
-  while S.running < S.run.jobs and #S.queue > 0 do
-    local inst = table.remove(S.queue, 1)
+  while S.running < S.run.jobs and S.queue_head <= #S.queue do
+    local inst = S.queue[S.queue_head]
+    S.queue[S.queue_head], S.queue_head = false, S.queue_head + 1
     if inst.status == "queued" then
       S.running = S.running + 1
       -- Running from now on, so that a cancel reaches it before its task starts.
@@ -111,7 +112,8 @@ local function cancel_running(S, reason)
       attempt_mod.cancel(S, inst, "cancelled", reason)
     end
   end
-  for _, inst in ipairs(S.queue) do
+  for i = S.queue_head, #S.queue do
+    local inst = S.queue[i]
     if inst.status == "queued" and not inst.always then
       finish(S, inst, "cancelled", "cancelled: " .. reason)
     end
@@ -214,7 +216,7 @@ function M.new_state(run, opts)
   end
   return {
     run = run, by_id = by_id, dependents = dependents, observers = opts.observers or {},
-    keep_going = opts.keep_going == true, queue = {}, running = 0,
+    keep_going = opts.keep_going == true, queue = {}, queue_head = 1, running = 0,
     done = task.queue(), private = {}, outputs = {}, observer_errors = {},
     stopping = false, stop_reason = "",
     warn = opts.warn or function(msg) io.stderr:write("smolwf: ", msg, "\n") end,
