@@ -202,5 +202,6 @@ describe("provider backpressure", function()
     out:close()
     proc:close()
     ph.rm(dir)
+    ph.stop_all()   -- no connection of its own: checks that no handle is left open
   end)
 end)

@@ -20,6 +20,27 @@ end
 describe("smolwf run", function()
   after_each(h.cleanup)
 
+  it("parses options up to FILE and leaves the rest to the script", function()
+    local cli = require "smol.cli.run"
+    local o = cli.parse { "--jobs", "3", "--step=b", "--step", "c", "--param", "k=v=w",
+      "--keep-going", "--json", "--no-progress", "--report-dir=out", "--path", "lib",
+      "--list", "--dry-run", "wf.lua", "--jobs", "x" }
+    assert.are.equal(3, o.jobs)
+    assert.are.same({ "b", "c" }, o.steps)
+    assert.are.same({ k = "v=w" }, o.params)
+    assert.are.same({ "lib" }, o.paths)
+    assert.are.equal("out", o.report_dir)
+    assert.is_true(o.keep_going and o.json and o.no_progress and o.list and o.dry_run)
+    assert.are.equal("wf.lua", o.file)
+    assert.are.same({ "--jobs", "x" }, o.script_args)
+    assert.are.equal("-opt", cli.parse({ "--", "-opt" }).file)
+    local ok, err = pcall(cli.parse, { "--param", "novalue", "f" })
+    assert.is_false(ok)
+    assert.matches("%-%-param needs KEY=VALUE, got 'novalue'", tostring(err))
+    ok, err = pcall(cli.parse, { "--step" })
+    assert.matches("%-%-step needs a value", tostring(err))
+  end)
+
   it("prints its usage with --help", function()
     local r = run_cli { "run", "--help" }
     assert.are.equal(0, r.code)

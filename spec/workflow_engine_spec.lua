@@ -231,6 +231,11 @@ describe("workflow engine", function()
     assert.matches("ctx has no field 'iputs' %(known: .*inputs", r.instances[1].error)
   end)
 
+  it("names the colon a ctx method call is missing", function()
+    local r = run { steps = { step("x", function(ctx) ctx.sh("true") end) } }
+    assert.matches("call ctx:sh%(...%) with a colon, not ctx.sh%(...%)", r.instances[1].error)
+  end)
+
   it("fills the run data model", function()
     local r = run { name = "model", steps = { step("a"), step("b", fail, { needs = "a", timeout = 9 }) } }
     assert.are.equal("model", r.name)

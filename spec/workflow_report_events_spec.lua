@@ -39,6 +39,9 @@ describe("workflow event stream", function()
     for i, ev in ipairs(evs) do assert.are.equal(evs.calls[i], ev.type) end
     assert.are.equal(#evs, out.flushes)
     assert.is_nil(out:text():find("\n\n", 1, true))
+    for _, line in ipairs(helpers.lines(out:text())) do
+      assert.matches('^{"type":"[%a_]+","time":[%d.e+]+[,}]', line)
+    end
   end)
 
   it("stamps every event with a non-decreasing wall-clock time", function()

@@ -18,23 +18,26 @@
 #define KILL_WAIT_MS 5000      /* KILL cannot be ignored; bounds a D-state child */
 #define STDOUT_FLUSH_MS 5000   /* a reader that stopped reading must not hang us */
 
-/* Calls smol.task's NAME() on the main state if the module was loaded. */
+/*
+** Calls smol.task's NAME() on the main state if the module was loaded.
+** smol.task keeps itself in registry["smol.task"], not only in
+** package.loaded (which busted empties between spec files).
+*/
 static void call_task_hook(lua_State *L, const char *name) {
   lua_checkstack(L, 4);
-  lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
-  int is_table = lua_getfield(L, -1, "smol.task") == LUA_TTABLE;
+  int is_table = lua_getfield(L, LUA_REGISTRYINDEX, "smol.task") == LUA_TTABLE;
   if (is_table) lua_getfield(L, -1, name);
   if (!is_table || !lua_isfunction(L, -1)) {
-    lua_settop(L, lua_gettop(L) - (is_table ? 3 : 2));
+    lua_settop(L, lua_gettop(L) - (is_table ? 2 : 1));
     return;
   }
   lua_pushcfunction(L, host_msghandler);
-  lua_rotate(L, -2, 1);  /* stack: loaded, task, msghandler, fn */
+  lua_rotate(L, -2, 1);  /* stack: task, msghandler, fn */
   if (lua_pcall(L, 0, 0, -2) != LUA_OK) {
     host_report(NULL, L, -1);
     lua_pop(L, 1);
   }
-  lua_pop(L, 3);
+  lua_pop(L, 2);
 }
 
 static int deadline_passed;
@@ -67,6 +70,7 @@ static void close_leftover(uv_handle_t *handle, void *arg) {
 static void stop_everything(smol_host *h) {
   process_detach_all();
   timer_close_all();
+  stdio_stop_reading();
   if (process_live_count() > 0) {
     process_signal_all(SIGTERM);
     run_until(h, no_live_process, TERM_GRACE_MS);
@@ -84,7 +88,7 @@ static void stop_everything(smol_host *h) {
 }
 
 static int final_status(smol_host *h, int status) {
-  if (h->was_interrupted) return 130;
+  if (h->was_interrupted) return 128 + h->was_interrupted;  /* 130 after Ctrl-C */
   if (status == 0 && h->failed) return 1;
   return status;
 }

@@ -25,7 +25,7 @@ typedef struct smol_host {
   int loop_running;                  /* inside uv_run: a nested run is refused */
   int failed;                        /* a callback or task failed: exit non-zero */
   volatile sig_atomic_t interrupted; /* Ctrl-C seen and not yet taken over by the exit path */
-  int was_interrupted;               /* Ctrl-C seen at all: exit status 130 */
+  volatile sig_atomic_t was_interrupted; /* the signal (INT, TERM, HUP) seen: exit status 128+it */
   int exiting;                       /* the exit path has started */
   const char *progname;
 } smol_host;
@@ -102,6 +102,7 @@ void process_detach_all(void);
 int process_live_count(void);          /* not yet exited */
 void process_signal_all(int signo);
 void process_close_all(void);
+void stdio_stop_reading(void);
 void stdio_close_all(void);
 int stdio_out_pending(void);           /* 1 while writes to our stdout are queued */
 

@@ -30,7 +30,7 @@ struct proc {
   uv_shutdown_t shutdown_req;
   reader out, err;
   int has_stdin, has_out, has_err, stdin_state;
-  int open_handles;         /* uv handles whose close callback is pending */
+  int open_handles;         /* uv handles not closed yet (close callback still to come) */
   int exited, finished;     /* the child was reaped; on_exit was delivered */
   int64_t exit_status;
   int term_signal, process_group, pid;
@@ -295,7 +295,7 @@ static void release(proc_box *box) {
   host_unref(&p->self_ref);
   if (p->has_out) reader_detach(&p->out);  /* still drained, so the child never blocks */
   if (p->has_err) reader_detach(&p->err);
-  abort_stdin(p);  /* nobody can write to it any more */
+  close_stdin(p);  /* nobody can write any more; queued writes still go out */
   if (p->exited) {
     if (p->has_out) reader_close(&p->out);
     if (p->has_err) reader_close(&p->err);

@@ -1,5 +1,5 @@
 /*
-** Ctrl-C. A C signal cannot touch a Lua state or the loop directly (lua.c),
+** Ctrl-C (and SIGTERM, SIGHUP). A C signal cannot touch a Lua state or the loop directly (lua.c),
 ** so the handler only sets a flag, arms a Lua hook (to stop a pure-Lua loop
 ** on the main state) and wakes the loop through a uv_async (async-signal-
 ** safe by libuv's documentation). core.run_once then raises the interrupt
@@ -30,10 +30,9 @@ static void interrupt_hook(lua_State *L, lua_Debug *ar) {
 }
 
 static void on_sigint(int signo) {
-  (void)signo;
   smol_host *h = host_get();
   h->interrupted = 1;
-  h->was_interrupted = 1;
+  h->was_interrupted = signo;
   if (hook_allowed)
     lua_sethook(h->L, interrupt_hook,
                 LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
@@ -53,7 +52,10 @@ int sigint_install(smol_host *h) {
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
   hook_allowed = wake_allowed = 1;
-  return sigaction(SIGINT, &sa, NULL) == 0 ? 0 : UV_EINVAL;
+  /* TERM and HUP (a CI timeout, a closed terminal) end the run the same clean way */
+  int ok = sigaction(SIGINT, &sa, NULL) == 0 && sigaction(SIGTERM, &sa, NULL) == 0 &&
+           sigaction(SIGHUP, &sa, NULL) == 0;
+  return ok ? 0 : UV_EINVAL;
 }
 
 /* The exit path took over: exit hooks may run the loop again. */

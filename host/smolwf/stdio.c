@@ -160,8 +160,13 @@ static int core_stdout_pending(lua_State *L) {
 
 int stdio_out_pending(void) { return out.state == OUT_STREAM ? (int)(out.pending > 0) : 0; }
 
-void stdio_close_all(void) {
+/* No more Lua callbacks from our stdin. */
+void stdio_stop_reading(void) {
   if (in_busy) reader_close(&in_reader);
+}
+
+void stdio_close_all(void) {
+  stdio_stop_reading();
   if (out.state == OUT_STREAM || out.state == OUT_BROKEN) uv_close(&out.h.handle, NULL);
   if (out.state != OUT_UNSET) out.state = OUT_CLOSED;
 }

@@ -13,6 +13,16 @@ user code may run us inside coroutines of their own.
 ]]
 local core = require "smol.core"
 
+--[[
+One scheduler per host, whatever package.loaded says: busted insulates each
+spec file and drops the modules it loaded, so a later require would build a
+second scheduler with its own ready queue and exit hooks. The instance lives
+in the registry, where the host also finds it at exit (exitpath.c).
+]]
+local REGISTRY_KEY = "smol.task"
+local registry = debug.getregistry()
+if registry[REGISTRY_KEY] then return registry[REGISTRY_KEY] end
+
 local M = {}
 
 local SUSPEND = setmetatable({}, {__name = "smol.task.SUSPEND"}) -- yielded by our waits
@@ -406,4 +416,5 @@ function M._host_exit_hooks()
   report_unjoined()
 end
 
+registry[REGISTRY_KEY] = M
 return M

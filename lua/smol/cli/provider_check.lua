@@ -22,7 +22,8 @@ options:
 ]==]
 
 local function usage_error(message)
-  io.stderr:write("smolwf provider-check: ", message, "\n", M.USAGE)
+  io.stderr:write("smolwf provider-check: ", message, "\n", M.USAGE:match("^[^\n]*\n"),
+    "(smolwf provider-check --help for more)\n")
   return nil
 end
 

@@ -190,6 +190,18 @@ local function kill_after_grace(ctx)
   return ok, 'TERM ignored: timed_out "wall", exit_code 137 after the grace, within 5s', got
 end
 
+local function spawn_timeout(ctx)
+  local started = core.now()
+  local pid, sreq = spawn(ctx, "echo before; exec sleep 30", {timeout_ms = 300})
+  if not pid then return false, "spawn answers a process_id", expect.reply(sreq) end
+  local req = ctx:op("wait", {process_id = pid}, {timeout = 10})
+  local took = core.now() - started
+  local r = expect.is_result(req) and req.result or {}
+  local ok = r.timed_out == "wall" and r.exit_code == 143 and out_of(req) == "before\n" and took < 5
+  return ok, 'wait: timed_out "wall", exit_code 143, stdout "before\\n", within 5s',
+    string.format("%s after %.2fs", expect.reply(req), took)
+end
+
 local function signal_named(ctx, sig, code)
   return {sig, function()
     local req = ctx:exec({"sh", "-c", "kill -" .. sig .. " $$"})
@@ -212,6 +224,17 @@ local function no_signal_on_exit(ctx)
   local sig = expect.is_result(req) and req.result.signal
   local ok = expect.is_result(req) and (sig == nil or sig == null) and req.result.exit_code == 2
   return ok, "exit_code 2 and no signal", expect.reply(req)
+end
+
+-- max_output_bytes 0: no copy at all (how a client streams without capturing).
+local function output_not_captured(ctx)
+  local req = ctx:exec({"head", "-c", "5000", "/dev/zero"}, {max_output_bytes = 0})
+  local r = expect.is_result(req) and req.result or {}
+  local kept, streamed = out_of(req), events.collected(req, "stdout")
+  local ok = kept == "" and r.stdout_truncated == true and streamed and #streamed == 5000
+  return ok, "stdout: 0 bytes kept, truncated, 5000 streamed",
+    string.format("%s bytes kept (truncated %s), %s streamed", kept and #kept or "?",
+      tostring(r.stdout_truncated), streamed and #streamed or "?")
 end
 
 local function output_capped(ctx)
@@ -365,6 +388,7 @@ return {
     {"timeout_ms ends the command and keeps its output", wall_timeout},
     {"idle_timeout_ms ends a silent command", idle_timeout},
     {"a command ignoring TERM is killed after kill_grace_ms", kill_after_grace},
+    {"spawn with timeout_ms is ended too; wait says timed_out", spawn_timeout, needs = "process"},
   }},
   {name = "signal", needs = "signal", checks = {
     {"exited and the result name the signal", signal_names},
@@ -372,6 +396,7 @@ return {
   }},
   {name = "output_limit", needs = "output_limit", checks = {
     {"max_output_bytes caps each captured stream; events carry everything", output_capped},
+    {"max_output_bytes 0 keeps no copy; events carry everything", output_not_captured},
   }},
   {name = "fs_extra", needs = "fs_extra", checks = {
     {"stat of a file answers type, size, mode and mtime", stat_file},

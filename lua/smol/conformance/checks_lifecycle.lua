@@ -36,21 +36,22 @@ end
 
 --[[
 Starts two sleeps on conn in session (by spawn) and waits until both show
-up. Returns the two markers, or nil and a reason to skip or fail.
+up. Returns the two markers, or nil and the check's outcome instead:
+{"skip", reason} or {false, expected, got}.
 ]]
-local function start_sleepers(ctx, conn, session)
-  if not hostside.find_procs("") then return nil, "skip", "this machine's /proc cannot be listed" end
+local function start_sleepers(conn, session)
+  if not hostside.find_procs("") then return nil, {"skip", "this machine's /proc cannot be listed"} end
   local a, b = markers()
   local req = conn:call("spawn", {session = session, argv = sleeper_argv(a, b),
     cwd = wire.null, env = wire.null, stdin_base64 = wire.null})
-  if not expect.is_result(req) then return nil, false, "spawn answered " .. expect.reply(req) end
+  if not expect.is_result(req) then
+    return nil, {false, "spawn answers {process_id}", expect.reply(req)}
+  end
   local seen = wire.wait_until(function()
     local l1, l2 = alive(a), alive(b)
     return #l1 > 0 and #l2 > 0
   end, APPEAR_TIMEOUT, POLL)
-  if not seen then
-    return nil, "skip", "the spawned sleeps are not visible on this machine"
-  end
+  if not seen then return nil, {"skip", "the spawned sleeps are not visible on this machine"} end
   return {a, b}
 end
 
@@ -71,8 +72,8 @@ end
 local function close_kills(ctx)
   local req, s = ctx:open_session()
   if not s then return false, "a session", expect.reply(req) end
-  local marks, how, why = start_sleepers(ctx, ctx.conn, s)
-  if not marks then return how, why, why end
+  local marks, outcome = start_sleepers(ctx.conn, s)
+  if not marks then return table.unpack(outcome) end
   local closed = ctx:close_session(s)
   if not expect.is_result(closed) then return expect.result(closed, "close answers {}") end
   local ok, got = gone(marks)
@@ -112,8 +113,8 @@ local function provider_ends(ctx, end_it, expected)
   local conn = ctx:start_provider()
   local req, s = ctx:open_session(nil, conn)
   if not s then return false, "a session", expect.reply(req) end
-  local marks, how, why = start_sleepers(ctx, conn, s)
-  if not marks then return how, why, why end
+  local marks, outcome = start_sleepers(conn, s)
+  if not marks then return table.unpack(outcome) end
   local answer = end_it(conn)
   local exited = conn:wait_exit(VANISH_TIMEOUT)
   local ok, left = gone(marks)

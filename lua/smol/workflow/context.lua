@@ -59,12 +59,22 @@ local function with_output_hooks(opts, bridge)
 end
 
 local Ctx = {}
+local CTX_MT
+
+-- ctx.exec{...} (a dot for a colon) would otherwise fail far from the mistake.
+local function check_self(self, method)
+  if getmetatable(self) ~= CTX_MT then
+    error(("call ctx:%s(...) with a colon, not ctx.%s(...)"):format(method, method), 3)
+  end
+end
 
 function Ctx:session()
+  check_self(self, "session")
   return self._bridge:session()
 end
 
 function Ctx:exec(opts)
+  check_self(self, "exec")
   if type(opts) ~= "table" then error("bad argument #1 to 'exec' (table expected, got " .. type(opts) .. ")", 2) end
   local r = self:session():exec(with_output_hooks(opts, self._bridge))
   self._bridge:exit_code(r.exit_code)
@@ -72,6 +82,7 @@ function Ctx:exec(opts)
 end
 
 function Ctx:spawn(opts)
+  check_self(self, "spawn")
   if type(opts) ~= "table" then error("bad argument #1 to 'spawn' (table expected, got " .. type(opts) .. ")", 2) end
   local p = self:session():spawn(with_output_hooks(opts, self._bridge))
   self._processes[#self._processes + 1] = p
@@ -81,6 +92,7 @@ end
 -- Runs `sh -c cmd`; a non-zero exit raises the command_failed error.
 -- `opts` takes exec's options (cwd, env, stdin, timeout...).
 function Ctx:sh(cmd, opts)
+  check_self(self, "sh")
   if type(cmd) ~= "string" then error("bad argument #1 to 'sh' (string expected, got " .. type(cmd) .. ")", 2) end
   local exec_opts = { "sh", "-c", cmd }
   for k, v in pairs(opts or {}) do exec_opts[k] = v end
@@ -90,6 +102,7 @@ function Ctx:sh(cmd, opts)
 end
 
 function Ctx:save_artifact(path, name)
+  check_self(self, "save_artifact")
   if type(path) ~= "string" then error("bad argument #1 to 'save_artifact' (string expected, got " .. type(path) .. ")", 2) end
   if name ~= nil and type(name) ~= "string" then error("bad argument #2 to 'save_artifact' (string expected, got " .. type(name) .. ")", 2) end
   return self._bridge:artifact(path, name)
@@ -97,6 +110,7 @@ end
 
 for _, method in ipairs(PASSTHROUGH) do
   Ctx[method] = function(self, ...)
+    check_self(self, method)
     local session = self:session()
     return session[method](session, ...)
   end
@@ -116,7 +130,7 @@ local function known_fields()
   return table.concat(names, ", ")
 end
 
-local CTX_MT = {
+CTX_MT = {
   __index = function(_, key)
     local method = Ctx[key]
     if method then return method end
