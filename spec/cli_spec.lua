@@ -32,7 +32,9 @@ local function smolwf(args, opts)
     p:write(opts.stdin)
     p:close_stdin()
   end
+  local watchdog = core.timer(20, function() p:kill("KILL") end)  -- a hang fails, not hangs
   local code, sig = done:wait()
+  watchdog:stop()
   p:close()
   return {code = code, signal = sig, out = table.concat(out, "\n"), err = table.concat(err)}
 end
@@ -43,8 +45,13 @@ local function write_file(path, text)
   f:close()
 end
 
+-- Running (a zombie is dead: an orphan's zombie waits for init here, not for us).
 local function alive(pid)
-  return os.execute("kill -0 " .. pid .. " 2>/dev/null") == true
+  local f = io.open("/proc/" .. pid .. "/stat")
+  if not f then return false end
+  local stat = f:read("a")
+  f:close()
+  return stat:match("^%d+ %b() (%a)") ~= "Z"
 end
 
 describe("smolwf command line", function()
@@ -136,6 +143,20 @@ describe("smolwf command line", function()
     assert.same({0, "A\tPKG\tC\ttrue\ttrue"}, {r.code, r.out})
   end)
 
+  it("finds lua/ under ../share/smolwf once installed", function()
+    local build_lua = EXE:match("^(.*)/") .. "/lua"
+    assert.is_true(os.execute(("mkdir -p '%s/bin' '%s/share/smolwf' && cp '%s' '%s/bin/smolwf' && ln -s '%s' '%s/share/smolwf/lua'")
+      :format(dir, dir, EXE, dir, build_lua, dir)))
+    local out, done = {}, task.event()
+    local p = assert(core.spawn{file = dir .. "/bin/smolwf", args = {"smolwf", "-e",
+      "print(package.path:match('^[^;]*'), require('smol.task') ~= nil)"},
+      stdout = "lines", on_stdout = function(l) out[#out + 1] = l end,
+      on_exit = function(c) done:set(c) end})
+    assert.equal(0, done:wait())
+    p:close()
+    assert.same({dir .. "/bin/../share/smolwf/lua/?.lua\ttrue"}, out)
+  end)
+
   it("runs `smolwf run SCRIPT` like `smolwf SCRIPT`", function()
     local script = dir .. "/r.lua"
     write_file(script, "print(arg[0], ...)")
@@ -184,6 +205,20 @@ describe("smolwf command line", function()
     assert.is_false(alive(tonumber(r.out)))
   end)
 
+  it("KILLs what ignores TERM at the end, after a short grace", function()
+    local r = smolwf({"-e", [[
+      local core = require "smol.core"
+      local sleeper
+      local p = core.spawn{file = "/bin/sh", args = {"sh", "-c", "trap '' TERM; sleep 100 & echo $!; wait"},
+        process_group = true, stdout = "lines", on_stdout = function(l) sleeper = sleeper or l end}
+      while not sleeper do core.run_once() end
+      print(p.pid .. " " .. sleeper)]]})
+    assert.equal(0, r.code)
+    local shell, sleeper = r.out:match("^(%d+) (%d+)$")
+    assert.is_false(alive(shell))
+    assert.is_false(alive(sleeper))
+  end)
+
   describe("Ctrl-C", function()
     -- Starts a script, waits for its first line (the pid of its child), sends SIGINT.
     local function interrupt(script, signal)
@@ -208,6 +243,20 @@ describe("smolwf command line", function()
           task.sleep(100)
         end)]])
       assert.equal(130, r.code)
+      assert.is_false(alive(child))
+    end)
+
+    it("stops a task spinning in Lua", function()
+      local r, child = interrupt([[
+        local task = require "smol.task"
+        task.spawn(function()
+          local p = require("smol.core").spawn{file = "sleep", args = {"sleep", "100"}}
+          print(p.pid)
+          io.stdout:flush()
+          while true do end
+        end)]])
+      assert.same({130, nil}, {r.code, r.signal})
+      assert.equal("smolwf: interrupted\n", r.err)  -- once: not also as a task's error
       assert.is_false(alive(child))
     end)
 

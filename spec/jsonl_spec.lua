@@ -24,8 +24,10 @@ describe("smol.jsonl", function()
       profile = {provider = "fake", name = "test"}, workspace_sync = {host_path = ws}, cwd = null})
   end
 
+  local handles
   before_each(function()
     conns, ws = {}, h.tempdir()
+    handles = require("smol.core").open_handles()
   end)
 
   after_each(function()
@@ -35,6 +37,8 @@ describe("smol.jsonl", function()
       assert.is_false(h.alive(c.pid), "provider " .. c.pid .. " left running")
     end
     h.cleanup()
+    local core = require "smol.core"
+    assert.is_true(h.handles_back_to(handles), "uv handles left open: " .. core.open_handles() .. " > " .. handles)
   end)
 
   it("round-trips a request and gets the session", function()

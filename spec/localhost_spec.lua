@@ -9,11 +9,17 @@ local h = dofile("spec/fixtures/helpers.lua")
 describe("sandbox.host", function()
   local dir, host
 
+  local handles
   before_each(function()
+    handles = core.open_handles()
     dir = h.tempdir()
     host = sandbox.host{cwd = dir}
   end)
-  after_each(function() h.cleanup() end)
+  after_each(function()
+    host:close()
+    h.cleanup()
+    assert.is_true(h.handles_back_to(handles), "uv handles left open: " .. core.open_handles() .. " > " .. handles)
+  end)
 
   local function disk(path)
     local f = io.open(dir .. "/" .. path, "rb")
@@ -154,6 +160,7 @@ describe("sandbox.host", function()
       host:close()
       assert.is_true(h.wait_until(function() return not h.alive(pid) end))
       assert.has_error(function() host:exec{"true"} end, "host: exec: attempt to use a closed session")
+      assert.has_error(function() p:wait() end, "host: process:wait: its session is closed")
     end)
   end)
 end)

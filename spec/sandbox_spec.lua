@@ -17,7 +17,11 @@ local function params_of(ws, method)
 end
 
 describe("smol.sandbox", function()
-  -- Every provider a test started is shut down and gone before the next.
+  local handles
+  before_each(function() handles = core.open_handles() end)
+
+  -- Every provider a test started is shut down and gone before the next,
+  -- and so are the loop handles it used.
   after_each(function()
     local conns = sandbox.connections()
     sandbox.shutdown()
@@ -26,6 +30,7 @@ describe("smol.sandbox", function()
     end
     assert.same({}, sandbox.connections())
     h.cleanup()
+    assert.is_true(h.handles_back_to(handles), "uv handles left open: " .. core.open_handles() .. " > " .. handles)
   end)
 
   describe("with the seed's fake provider", function()
@@ -126,6 +131,8 @@ describe("smol.sandbox", function()
       assert.has_error(function() sandbox.open{program = SEED, profile = "nope"} end,
         'sandbox.open: profile must be "PROVIDER/NAME", got "nope"')
       assert.has_error(function() sb.read_file("x") end)
+      assert.has_error(function() sandbox.open{program = SEED, max_line_bytes = "1"} end,
+        "sandbox.open: option max_line_bytes must be a positive integer")
       assert.has_error(function() sb:exec{"a", time_out = 3} end, 'sandbox: exec: unknown option "time_out"')
       assert.has_error(function() sb:exec{"a", timeout = "3"} end,
         "sandbox: exec: option timeout must be a number, got string")
@@ -161,6 +168,15 @@ describe("smol.sandbox", function()
       local chunks = {}
       sb:exec{"big", "3000", on_stdout = function(c) chunks[#chunks + 1] = c end}
       assert.same({string.rep("\255\255\128", 3000)}, chunks)
+    end)
+
+    it("lets a callback make requests of its own while its exec is in flight", function()
+      local seen = {}
+      sb:write_file("f", "content")
+      sb:exec{"interleave", "D", "3", "0.01", on_stdout = function(c)
+        seen[#seen + 1] = c .. sb:read_file("f")
+      end}
+      assert.same({"D 1\ncontent", "D 2\ncontent", "D 3\ncontent"}, seen)
     end)
 
     it("runs callbacks in the waiting task, in order", function()
@@ -261,6 +277,21 @@ describe("smol.sandbox", function()
     local e = h.catch(sandbox.open, {program = "/nonexistent/smol-provider"})
     assert.is_true(errors.is(e, "not_found"), tostring(e))
     assert.matches("provider `/nonexistent/smol%-provider`", tostring(e))
+  end)
+
+  it("bounds the exit-time close and shutdown of a provider that stopped answering", function()
+    local ws = h.tempdir()
+    local t0 = core.now()
+    local out = h.run_host(([[
+      local sandbox = require("smol.sandbox")
+      sandbox.exit_grace = 0.3
+      local sb = sandbox.open{program = %q, workspace = %q}
+      sb:exec{"deaf"}
+      print("pid", sb._conn.pid)]]):format(FAULT, ws))
+    assert.is_true(core.now() - t0 < 5, "exit took too long")
+    local pid = assert(tonumber(out:match("pid\t(%d+)")), out)
+    assert.same({"open", "exec", "close", "shutdown"}, h.methods(ws))
+    assert.is_false(h.alive(pid))
   end)
 
   it("starts $SMOLWF_PROVIDER when no program is named", function()

@@ -85,6 +85,16 @@ describe("workflow progress, plain lines", function()
   end)
 end)
 
+-- Waits (driving the loop) until the live view redraws; fails after 5 s
+-- instead of hanging when the timer never fires.
+local function wait_for_redraw(obs)
+  local before, deadline = obs.draws, core.now() + 5
+  while obs.draws == before do
+    assert(core.now() < deadline, "the live view did not redraw within 5 s")
+    task.sleep(0.01)
+  end
+end
+
 describe("workflow progress, live view", function()
   local dir
   before_each(function() dir = helpers.tmpdir() end)
@@ -126,8 +136,7 @@ describe("workflow progress, live view", function()
     obs:run_started(run)
     start(obs, run, a)
     obs:step_output(run, a, "stdout", "first\nlatest line " .. string.rep("y", 100) .. "\n\n")
-    local before = obs.draws
-    while obs.draws == before do task.sleep(0.01) end
+    wait_for_redraw(obs)
     local last = out.parts[#out.parts]
     local block = helpers.lines(last:gsub("^\27%[%d+F\27%[J", ""))
     assert.are.equal(2, #block)   -- the step and the footer
@@ -169,8 +178,7 @@ describe("workflow progress, live view", function()
     obs:run_started(run)
     start(obs, run, a)
     obs:step_log(run, a, "first\nsecond")
-    local before = obs.draws
-    while obs.draws == before do task.sleep(0.01) end
+    wait_for_redraw(obs)
     for _, line in ipairs(helpers.lines(out.parts[#out.parts]:gsub("^\27%[%d+F\27%[J", ""))) do
       assert.is_true(utf8.len(text.strip_ansi(line)) <= 29, line)
     end
@@ -186,8 +194,7 @@ describe("workflow progress, live view", function()
       run.instances[i] = {id = "s" .. i}
       start(obs, run, run.instances[i])
     end
-    local before = obs.draws
-    while obs.draws == before do task.sleep(0.01) end
+    wait_for_redraw(obs)
     assert.truthy(out.parts[#out.parts]:find("… and 8 more", 1, true))
     obs:run_finished(run)
   end)
@@ -213,6 +220,23 @@ describe("workflow progress, choosing the view", function()
     p:close()
     return s
   end
+
+  it("gives summary options to match stdout: plain and uncut through a pipe", function()
+    local probe = os.tmpname()
+    finally(function() os.remove(probe) end)
+    helpers.write(probe, [[
+      local o = require("smol.workflow.progress").summary_options()
+      print(tostring(o.color) .. " " .. tostring(o.width))
+    ]])
+    local p = io.popen(string.format("%q %q", core.exe_path(), probe))
+    assert.are.equal("false nil", p:read("l"))
+    p:close()
+    if not helpers.which("script") then return end
+    p = io.popen(string.format("TERM=xterm COLUMNS=77 script -qec %q /dev/null",
+      string.format("stty cols 64; %q %q", core.exe_path(), probe)))
+    assert.are.equal("true 63", (p:read("a"):gsub("\r", ""):match("(%S+ %S+)\n?$")))
+    p:close()
+  end)
 
   it("prints plain lines when stdout is not a terminal", function()
     local p = io.popen(string.format("%q %q", core.exe_path(), script))

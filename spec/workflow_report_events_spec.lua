@@ -97,6 +97,7 @@ describe("workflow event stream", function()
 
   it("writes to stdout by default", function()
     local script = os.tmpname()
+    finally(function() os.remove(script) end)
     helpers.write(script, [[
       local obs = require("smol.workflow.events").new()
       local inst = {id = "one", step = "one"}
@@ -106,7 +107,6 @@ describe("workflow event stream", function()
     local p = io.popen(string.format("%q %q", core.exe_path(), script))
     local lines = helpers.lines(p:read("a"))
     p:close()
-    os.remove(script)
     assert.are.equal(2, #lines)
     assert.are.same({type = "step_output", step = "one", stream = "stdout", text = "hi\n"},
       (function(e) e.time = nil; return e end)(cjson.decode(lines[2])))

@@ -172,6 +172,20 @@ describe("workflow steps in a sandbox", function()
     assert.is_true(inst.duration < 5)
   end)
 
+  it("times out a step that swallows the cancel and spins, still killing its process", function()
+    local pidfile = h.temp_dir()
+    local r = run { steps = {
+      { name = "warm", run = function(ctx) ctx:exec { "true" } end },
+      { name = "stubborn", needs = "warm", timeout = 0.3, run = function(ctx)
+        pcall(ctx.sh, ctx, "echo $$ > " .. pidfile .. "; exec sleep 30")
+        while true do end
+      end },
+    } }
+    assert.are.equal("timed_out", h.find(r, "stubborn").status)
+    local pid = assert(h.read_pid(pidfile, 0))
+    assert.is_true(h.wait_until(function() return not h.alive(pid) end, 5))
+  end)
+
   it("cancels running steps when another fails, killing their processes", function()
     local pidfile = h.temp_dir()
     local r = run { steps = {

@@ -50,6 +50,13 @@ describe("workflow validation", function()
     assert.matches("field 'matrix' must be a table of lists of values", msg)
   end)
 
+  it("checks sandbox options, at the workflow and the step level", function()
+    local msg = problems_of { sandbox = { workspce = "." }, steps = {
+      { name = "a", run = noop, sandbox = { profile = 3 } } } }
+    assert.matches("workflow sandbox: unknown field 'workspce' %(did you mean 'workspace'%?%)", msg)
+    assert.matches("step 'a' sandbox: field 'profile' must be a string or {provider = ..., name = ...}, got number", msg)
+  end)
+
   it("reports missing names and run functions, by position", function()
     local msg = problems_of { steps = { { run = noop }, { name = "b" } } }
     assert.matches("step #1: missing field 'name'", msg)

@@ -1,5 +1,5 @@
 /*
-** What a bubblewrap session looks like from inside (see PROFILES.md):
+** What a bubblewrap session looks like from inside (see README.md, "The bundled provider's profiles"):
 **
 **   namespaces   user, pid, ipc, uts, cgroup (if possible), mount, and
 **                network unless the profile has the network

@@ -22,6 +22,7 @@
 #include "paths.h"
 #include "process.h"
 
+/* Also the most a request may ask for: both streams' base64 must fit the host's 256 MiB line cap. */
 #define DEFAULT_MAX_OUTPUT (64ull * 1024 * 1024)
 #define DEFAULT_GRACE_MS 2000
 #define SPAWN_BUFFER (1024 * 1024)
@@ -412,7 +413,10 @@ static bool parse_opts(const session *s, const cJSON *params, start_opts *o, fai
          param_uint(params, "timeout_ms", &o->timeout_ms, f) &&
          param_uint(params, "idle_timeout_ms", &o->idle_timeout_ms, f) &&
          param_uint(params, "kill_grace_ms", &o->grace_ms, f) &&
-         param_uint(params, "max_output_bytes", &o->max_output, f);
+         param_uint(params, "max_output_bytes", &o->max_output, f) &&
+         (o->max_output <= DEFAULT_MAX_OUTPUT ||
+          fail(f, "invalid_request", "field `max_output_bytes`: at most %llu (the result must fit in one line)",
+               DEFAULT_MAX_OUTPUT));
 }
 
 static int make_pipes(int fds[3][2]) {

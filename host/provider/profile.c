@@ -1,6 +1,6 @@
 /*
 ** Profiles: the built-in ones and users' own from a JSON file (format in
-** PROFILES.md). A user profile starts from a base profile and adds binds,
+** README.md, "Your own profiles"). A user profile starts from a base profile and adds binds,
 ** environment entries and limits, and may switch the network; everything
 ** is checked at load so a typo fails loudly instead of weakening a sandbox.
 */

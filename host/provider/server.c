@@ -3,6 +3,7 @@
 */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -23,6 +24,7 @@
 #define QUEUE_HIGH (8u * 1024 * 1024)
 #define QUEUE_LOW (2u * 1024 * 1024)
 #define READ_CHUNK (64 * 1024)
+#define PIPE_SIZE (1024 * 1024)
 /* The largest id that survives a trip through a double (2^53). */
 #define MAX_INT_ID 9007199254740992.0
 
@@ -288,6 +290,14 @@ static int open_stream(int fd, uv_stream_t *stream, bool readable, bool *is_file
   *is_file = false;
   if (type == UV_TTY) return uv_tty_init(srv.loop, (uv_tty_t *)stream, fd, readable);
   if (type == UV_NAMED_PIPE || type == UV_TCP || type == UV_UDP) {
+    /*
+    ** A 64 KiB pipe makes every 350 KiB output event take several writes
+    ** and as many wakeups on both sides; 1 MiB is the unprivileged maximum.
+    ** Measured streaming 1 GiB to a C reader: 44700 write(2) calls and
+    ** 36000 context switches before, 13000 and 12700 after, and ~1.3x the
+    ** throughput. Not a pipe (a socket): fcntl fails, nothing to do.
+    */
+    fcntl(fd, F_SETPIPE_SZ, PIPE_SIZE);
     int rc = uv_pipe_init(srv.loop, (uv_pipe_t *)stream, 0);
     return rc < 0 ? rc : uv_pipe_open((uv_pipe_t *)stream, fd);
   }

@@ -44,6 +44,7 @@ void host_unref(int *ref);            /* luaL_unref on the main state, then LUA_
 int sigint_install(smol_host *h);
 void sigint_disarm(smol_host *h);     /* the exit path took over: no more raising */
 void sigint_close(smol_host *h);
+void sigint_watch(lua_State *co);     /* Ctrl-C also stops this coroutine */
 
 /* signals.c: "TERM" <-> SIGTERM */
 int signal_from_name(const char *name); /* -1 when unknown; accepts "TERM" and "SIGTERM" */

@@ -1,7 +1,8 @@
 /*
-** Ctrl-C (and SIGTERM, SIGHUP). A C signal cannot touch a Lua state or the loop directly (lua.c),
-** so the handler only sets a flag, arms a Lua hook (to stop a pure-Lua loop
-** on the main state) and wakes the loop through a uv_async (async-signal-
+** Ctrl-C (and SIGTERM, SIGHUP). A C signal cannot touch a Lua state or
+** the loop directly (lua.c), so the handler only sets a flag, arms a Lua
+** hook (to stop a pure-Lua loop on the main state; tasks get a watching
+** hook of their own) and wakes the loop through a uv_async (async-signal-
 ** safe by libuv's documentation). core.run_once then raises the interrupt
 ** error; the exit path disarms both before it runs the exit hooks.
 **
@@ -17,6 +18,21 @@
 static uv_async_t wake_loop;
 static volatile sig_atomic_t hook_allowed, wake_allowed;
 
+static void interrupt_hook(lua_State *L, lua_Debug *ar);
+
+/*
+** The handler can only reach the main state; smol.task puts this cheap
+** count hook on each of its coroutines so that Ctrl-C also stops a task
+** spinning in Lua.
+*/
+static void task_hook(lua_State *L, lua_Debug *ar) {
+  if (host_get()->interrupted) interrupt_hook(L, ar);
+}
+
+void sigint_watch(lua_State *co) {
+  lua_sethook(co, task_hook, LUA_MASKCOUNT, 10000);
+}
+
 /*
 ** Raises the interrupt error and stays armed on every line (and every
 ** backward jump): like Redis's killed-script hook, so a pcall in a loop
@@ -24,6 +40,10 @@ static volatile sig_atomic_t hook_allowed, wake_allowed;
 */
 static void interrupt_hook(lua_State *L, lua_Debug *ar) {
   (void)ar;
+  if (!host_get()->interrupted) {  /* the exit path took over: back to watching */
+    sigint_watch(L);
+    return;
+  }
   lua_sethook(L, interrupt_hook, LUA_MASKLINE, 0);
   host_push_interrupt_error(L);
   lua_error(L);

@@ -6,6 +6,9 @@ smol.jsonl: one connection to a provider process speaking JSON Lines
   local result = conn:request("read_file", params, on_event, {timeout = 5})
   conn:notify("kill", params)       -- fire and forget: the reply is dropped
   conn:shutdown(grace)              -- `shutdown`, then wait for the exit
+  conn:alive(), conn.pid, conn.program, conn.exit_code, conn:wait_exit()
+  jsonl.observe(fn)                 -- fn(direction, info, line) for every line
+                                    -- ("send"/"recv"), fn("exit", info, status)
 
 Requests are multiplexed by integer id. The read callback (on the main
 state) only decodes a line and routes it to the queue of its request; the

@@ -73,7 +73,10 @@ function Host:close()
   if self._closed then return end
   self._closed = true
   for p in pairs(self._spawned) do
-    if not p._done and p._proc then p._proc:kill("KILL") end
+    if not p._done and p._proc then
+      p._proc:kill("KILL")
+      p._proc:close()   -- its handles go once it is dead
+    end
   end
 end
 Host.__close = Host.close
@@ -371,7 +374,12 @@ function Host:spawn(spec)
   return p
 end
 
+local function check_process(p, op)
+  if p.session._closed then error(("host: process:%s: its session is closed"):format(op), 3) end
+end
+
 function Process:wait(opts)
+  check_process(self, "wait")
   opts = opts or {}
   local cb = self._callbacks
   local callbacks = {on_stdout = opts.on_stdout or cb.on_stdout, on_stderr = opts.on_stderr or cb.on_stderr,
@@ -390,6 +398,7 @@ function Process:wait(opts)
 end
 
 function Process:kill(signal)
+  check_process(self, "kill")
   if self._done or not self._proc then
     errors.raise{code = "unknown_process", op = "kill", path = self.process_id, message = "process has exited"}
   end
@@ -397,12 +406,14 @@ function Process:kill(signal)
 end
 
 function Process:write(data)
+  check_process(self, "write")
   if type(data) ~= "string" then error("host: process:write: data must be a string", 2) end
   if not self._proc then return end
   self._proc:write(data)
 end
 
 function Process:close_stdin()
+  check_process(self, "close_stdin")
   if self._proc then self._proc:close_stdin() end
 end
 

@@ -162,6 +162,11 @@ local function check_open_opts(opts)
       error(("sandbox.open: option %s must be a string"):format(k), 3)
     end
   end
+  for _, k in ipairs{"max_line_bytes", "max_depth"} do
+    if opts[k] ~= nil and (math.type(opts[k]) ~= "integer" or opts[k] < 1) then
+      error(("sandbox.open: option %s must be a positive integer"):format(k), 3)
+    end
+  end
 end
 
 local function new_session(conn, session, program)

@@ -193,6 +193,8 @@ local function new_task(fn)
     return err
   end
   t.co = coroutine.create(function(...) return xpcall(fn, capture, ...) end)
+  -- Ctrl-C also stops a task spinning in Lua (absent from hosts built before it)
+  if core.watch_interrupts then core.watch_interrupts(t.co) end
   task_of[t.co] = t
   live[t] = true
   return t
@@ -374,7 +376,10 @@ local function report_unjoined()
   for i = 1, #unjoined do
     local t = unjoined[i]
     unjoined[i] = nil
-    core.report_error("error in task", t.trace or describe(t.err))
+    -- an interrupted task is not an error of its own: the run reports the interrupt once
+    if not is_code(t.err, "interrupted") then
+      core.report_error("error in task", t.trace or describe(t.err))
+    end
   end
 end
 

@@ -20,7 +20,7 @@
 -- testing.report_file(run, relative_path) -> content of a report file
 -- testing.fake_provider{...}  canned behaviours (smol.testing.fake_provider)
 -- testing.remove_tree(path)   rm -r without following symlinks
--- See lua/smol/testing/README.md for the user's guide.
+-- See README.md ("Testing with smol-workflow") for the user's guide.
 local lfs = require "lfs"
 local assertions = require "smol.testing.assertions"
 local golden = require "smol.testing.golden"

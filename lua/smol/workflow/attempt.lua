@@ -112,22 +112,28 @@ local function classify(p, ok, value, inst, n)
 end
 
 local HOOK_INSTRUCTIONS = 10000
+-- The timer cancels a step on time whenever the loop runs; the hook only
+-- acts once the deadline is this far behind, i.e. when the step's Lua code
+-- starves the loop. It must not fire while the cancelled step is still
+-- running the sandbox client's cleanup (the kill of its process).
+local HOOK_GRACE = 0.25
 
 -- Calls run(ctx). With a deadline, a count hook also stops pure-Lua code
 -- that never yields (the timeout timer cannot fire while it hogs the loop).
--- Once past the deadline the hook re-arms on every line, so a pcall in the
--- step cannot swallow the timeout (STYLE.md pattern 11); it never raises in
--- this function's own lines, so the hook is always removed before returning.
+-- Once it fired the hook re-arms on every line, so a pcall in the step
+-- cannot swallow the timeout (STYLE.md pattern 11); it never raises in this
+-- function's own lines, so the hook is always removed before returning.
 local function guarded_run(run, ctx, deadline, p)
   if not deadline then return run(ctx) end
   local function hook()
     if debug.getinfo(2, "f").func == guarded_run then return end
-    if p.timed_out or core.now() >= deadline then
-      p.timed_out = true
+    if p.hook_fired or core.now() >= deadline + HOOK_GRACE then
+      p.hook_fired, p.timed_out = true, true
       debug.sethook(hook, "l")
       error({ code = "timeout", message = "step timed out" }, 0)
     end
   end
+  p.hook_fired = false
   debug.sethook(hook, "", HOOK_INSTRUCTIONS)
   local result = table.pack(pcall(run, ctx))
   debug.sethook()

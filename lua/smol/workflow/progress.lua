@@ -55,6 +55,16 @@ function M.terminal_width()
   return w or 80
 end
 
+--- Options for summary.render matching where stdout goes: colours and the
+--- terminal's width in a terminal (unless NO_COLOR), plain and uncut otherwise.
+function M.summary_options()
+  local no_color = os.getenv("NO_COLOR")
+  if (no_color ~= nil and no_color ~= "") or os.getenv("TERM") == "dumb" or not M.stdout_is_terminal() then
+    return {color = false}
+  end
+  return {color = true, width = M.terminal_width() - 1}
+end
+
 -- The terminal width, asked again at most once a second (a resize shows
 -- within a second; asking stty on every redraw would fork 10 times a second).
 local function cached_terminal_width(clock)

@@ -22,6 +22,7 @@ h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 10px;border-bot
 .badge{display:inline-block;padding:1px 10px;border-radius:12px;font-size:13px;color:#fff;vertical-align:middle}
 .badge.success{background:var(--ok)}.badge.failure,.badge.invalid{background:var(--fail)}.badge.cancelled{background:var(--cancel)}
 .chart{overflow-x:auto;border:1px solid var(--line);border-radius:6px;padding:6px 0}
+svg.gantt{display:block;width:100%;height:auto;min-width:640px}
 svg.gantt text{font:12px system-ui,sans-serif;fill:var(--fg)}
 svg.gantt .label{text-anchor:end}svg.gantt .tick{text-anchor:middle;fill:var(--muted);font-size:11px}
 svg.gantt .grid{stroke:var(--line);stroke-width:1}svg.gantt .band{fill:var(--bg)}
@@ -31,7 +32,7 @@ svg.gantt .queued,svg.gantt .pending{fill:var(--queue)}svg.gantt .running{fill:v
 svg.gantt .backoff{stroke:var(--fail);stroke-width:2;stroke-dasharray:3 3}
 table.steps{border-collapse:collapse;width:100%}
 .steps th,.steps td{text-align:left;padding:5px 10px;border-bottom:1px solid var(--line);vertical-align:top}
-.steps th{background:var(--bg);font-weight:600}.steps td.num{text-align:right;font-variant-numeric:tabular-nums}
+.steps th{background:var(--bg);font-weight:600}.steps td:first-child{white-space:nowrap}.steps td.num{text-align:right;font-variant-numeric:tabular-nums}
 .steps td.note{color:var(--muted);white-space:pre-wrap;font-size:13px}
 .st-success{color:var(--ok)}.st-failed{color:var(--fail)}.st-timed_out{color:var(--timeout)}
 .st-cancelled{color:var(--cancel)}.st-skipped,.st-pending,.st-queued{color:var(--skip)}.st-running{color:var(--run)}
@@ -39,7 +40,7 @@ details{border:1px solid var(--line);border-radius:6px;margin:8px 0}
 details>summary{cursor:pointer;padding:7px 12px;background:var(--bg);border-radius:6px}
 details[open]>summary{border-bottom:1px solid var(--line);border-radius:6px 6px 0 0}
 .log{padding:4px 12px 10px}.log h3{font-size:13px;margin:10px 0 4px;color:var(--muted)}
-pre{background:#0d1117;color:#e6edf3;padding:10px;border-radius:6px;overflow-x:auto;margin:0;
+pre{background:#0d1117;color:#e6edf3;padding:10px;border-radius:6px;overflow:auto;max-height:32em;margin:0;
 font:12px/1.4 ui-monospace,"SFMono-Regular",Menlo,Consolas,monospace;white-space:pre-wrap;word-break:break-all}
 .empty{color:var(--muted);font-style:italic}
 ]]

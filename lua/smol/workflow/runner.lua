@@ -89,6 +89,16 @@ local function settle(S, candidates)
   end
 end
 
+-- An instance's task: whatever happens, the driver hears that it ended
+-- (a lost notification would leave the run waiting forever).
+local function run_and_report(S, inst)
+  local ok, err = xpcall(attempt_mod.run_instance, debug.traceback, S, inst)
+  if not ok and not FINISHED[inst.status] then
+    finish(S, inst, "failed", "internal error in the workflow engine: " .. tostring(err))
+  end
+  S.done:push(inst)
+end
+
 local function start_queued(S)
   while S.running < S.run.jobs and S.queue_head <= #S.queue do
     local inst = S.queue[S.queue_head]
@@ -97,10 +107,7 @@ local function start_queued(S)
       S.running = S.running + 1
       -- Running from now on, so that a cancel reaches it before its task starts.
       inst.status, inst.started_at = "running", core.time()
-      task.spawn(function()
-        attempt_mod.run_instance(S, inst)
-        S.done:push(inst)
-      end)
+      task.spawn(run_and_report, S, inst)
     end
   end
 end

@@ -10,13 +10,18 @@ local INVALID_MT = {
 }
 
 local WORKFLOW_FIELDS = {
-  name = "string", description = "string", sandbox = "table",
+  name = "string", description = "string", sandbox = "sandbox",
   jobs = "count", steps = "steps", params = "table",
 }
 local STEP_FIELDS = {
   name = "name", run = "function", needs = "needs", timeout = "positive",
   matrix = "matrix", retry = "retry", continue_on_error = "boolean",
-  always = "boolean", sandbox = "table", description = "string",
+  always = "boolean", sandbox = "sandbox", description = "string",
+}
+-- sandbox.open's options (smol.sandbox): a misspelled one would be ignored.
+local SANDBOX_FIELDS = {
+  program = "string", profile = "profile", workspace = "string", cwd = "string",
+  group = "string", max_line_bytes = "count", max_depth = "count",
 }
 local RETRY_FIELDS = { attempts = "count", backoff = "nonnegative", when = "function" }
 
@@ -76,6 +81,7 @@ local KIND_TEXT = {
   matrix = "a table of lists of values, e.g. {shard = {1, 2}}",
   retry = "a table {attempts = N, backoff = SECONDS, when = function}",
   name = "a non-empty string without '[' or ']'", steps = "a non-empty list of steps",
+  sandbox = "a table of sandbox.open options", profile = "a string or {provider = ..., name = ...}",
 }
 
 local function matrix_ok(v)
@@ -106,6 +112,8 @@ local CHECKS = {
   steps = function(v) return is_list(v) and #v > 0 end,
   needs = needs_ok, matrix = matrix_ok,
   retry = function(v) return type(v) == "table" end,
+  sandbox = function(v) return type(v) == "table" end,
+  profile = function(v) return type(v) == "string" or type(v) == "table" end,
 }
 
 local function value_ok(kind, v)
@@ -149,6 +157,9 @@ local function check_step(step, i, problems, seen)
   if step.run == nil then problems[#problems + 1] = where .. ": missing field 'run'" end
   if type(step.retry) == "table" then
     check_fields(step.retry, RETRY_FIELDS, where .. " retry", problems)
+  end
+  if type(step.sandbox) == "table" then
+    check_fields(step.sandbox, SANDBOX_FIELDS, where .. " sandbox", problems)
   end
   if type(step.name) == "string" then
     if seen[step.name] then
@@ -233,6 +244,9 @@ function M.problems(def)
   if type(def) ~= "table" then return { "a workflow must be a table, got " .. type(def) } end
   local problems = {}
   check_fields(def, WORKFLOW_FIELDS, "workflow", problems)
+  if type(def.sandbox) == "table" then
+    check_fields(def.sandbox, SANDBOX_FIELDS, "workflow sandbox", problems)
+  end
   if def.steps == nil then problems[#problems + 1] = "workflow: missing field 'steps'" end
   if not is_list(def.steps) then return problems end
   local seen = {}
