@@ -298,6 +298,21 @@ describe("smol.core", function()
       assert.equal("", core.b64decode(""))
     end)
 
+    it("matches RFC 4648's test vectors and round-trips every length", function()
+      local vectors = {[""] = "", f = "Zg==", fo = "Zm8=", foo = "Zm9v", foob = "Zm9vYg==",
+                       fooba = "Zm9vYmE=", foobar = "Zm9vYmFy"}
+      for plain, encoded in pairs(vectors) do
+        assert.equal(encoded, core.b64encode(plain))
+        assert.equal(plain, core.b64decode(encoded))
+      end
+      local bytes = {}
+      for n = 1, 300 do
+        bytes[n] = string.char((n * 97 + 13) % 256)
+        local s = table.concat(bytes)
+        assert.equal(s, core.b64decode(core.b64encode(s)), "length " .. n)
+      end
+    end)
+
     it("rejects invalid input with the offset", function()
       assert.same({nil, "invalid base64 at offset 2"}, {core.b64decode("Zm=v")})
       assert.is_nil(core.b64decode("Zg"))
@@ -305,6 +320,8 @@ describe("smol.core", function()
       assert.is_nil(core.b64decode("===="))
       assert.is_nil(core.b64decode(" Zg=="))
       assert.is_nil(core.b64decode("Zg=\n"))
+      assert.same({nil, "invalid base64 at offset 5"}, {core.b64decode("Zm9vY!Fy")})
+      assert.same({nil, "invalid base64 at offset 6"}, {core.b64decode("Zm9vYm=y")})
     end)
   end)
 

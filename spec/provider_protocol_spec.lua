@@ -37,6 +37,16 @@ describe("provider protocol", function()
     assert.equals("unknown_method", conn:call("frobnicate", {}).error.code)
   end)
 
+  it("answers an unfinished last line with id null, then exits 0 at end of input", function()
+    local conn = ph.start()
+    conn.proc:write('{"id":1,"method":"describe"}')   -- no newline
+    conn:close_stdin()
+    assert.is_true(conn:wait_exit(5))
+    assert.equals(0, conn.exit_code)
+    assert.equals(1, #conn.null_replies)
+    assert.matches("no newline", conn.null_replies[1].error.message)
+  end)
+
   it("echoes large integer ids exactly", function()
     local conn = ph.start()
     local req = conn:call("describe", {}, {id = 1099511627777})

@@ -206,15 +206,16 @@ static request *request_new(char *id_json, const char *method) {
   return r;
 }
 
-static void reject_line(const char *fmt, const char *detail) {
-  reply_error(request_new(NULL, ""), "invalid_request", fmt, detail);
+/* An error reply with id null, for a line whose id cannot be read (or no line at all). */
+static void reject_line(const char *message, const char *line) {
+  reply_error(request_new(NULL, ""), "invalid_request", "%s%s%.80s", message, line ? ": " : "", line ? line : "");
 }
 
 /* Checks the envelope of one request, then hands it to its method. */
 static void handle_message(const cJSON *msg) {
   const cJSON *id = cJSON_GetObjectItemCaseSensitive(msg, "id");
   char *id_json = id ? id_to_json(id) : NULL;
-  if (!id_json) { reject_line("request `id` must be a string or an integer%s", ""); return; }
+  if (!id_json) { reject_line("request `id` must be a string or an integer", NULL); return; }
   const cJSON *method = cJSON_GetObjectItemCaseSensitive(msg, "method");
   const cJSON *params = cJSON_GetObjectItemCaseSensitive(msg, "params");
   request *r = request_new(id_json, cJSON_IsString(method) ? method->valuestring : "");
@@ -233,7 +234,7 @@ static int on_line(void *ctx, char *line, size_t len) {
   if (srv.stopping) return 1;
   if (strspn(line, " \t\r") == len) return 0;   /* blank lines are ignored */
   cJSON *msg = cJSON_ParseWithLength(line, len);
-  if (!cJSON_IsObject(msg)) reject_line("line is not a JSON object: %.80s", line);
+  if (!cJSON_IsObject(msg)) reject_line("line is not a JSON object", line);
   else handle_message(msg);
   cJSON_Delete(msg);
   return 0;
@@ -241,13 +242,13 @@ static int on_line(void *ctx, char *line, size_t len) {
 
 static void feed(const char *data, size_t n) {
   if (linebuf_feed(&srv.lines, data, n, on_line, NULL) < 0) {
-    reject_line("request line longer than %s bytes; closing the connection", "268435456");
+    reject_line("request line longer than 256 MiB; closing the connection", NULL);
     server_stop(NULL);
   }
 }
 
 static void on_eof(void) {
-  if (linebuf_pending(&srv.lines) > 0) reject_line("last request line has no end (%s)", "no newline before end of input");
+  if (linebuf_pending(&srv.lines) > 0) reject_line("the last request line has no newline before the end of input", NULL);
   server_stop(NULL);
 }
 

@@ -25,7 +25,7 @@ typedef struct spawn_spec {
   char *const *argv;      /* argv[0] is looked up in envp's PATH */
   char *const *envp;      /* the command's whole environment */
   const char *cwd;
-  int fd_in, fd_out, fd_err;   /* become 0, 1, 2 in the child */
+  int fd_in, fd_out, fd_err;   /* become 0, 1, 2 in the child; -1: /dev/null */
   const limits *limits;   /* NULL: none */
 } spawn_spec;
 
