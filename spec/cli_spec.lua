@@ -1,6 +1,7 @@
 -- The smolwf command line: runs the real binary (core.exe_path()) as a child.
 local core = require "smol.core"
 local task = require "smol.task"
+local lfs = require "lfs"
 
 local EXE = core.exe_path()
 
@@ -104,6 +105,26 @@ describe("smolwf command line", function()
     assert.equal(0, r.code)
     assert.matches("usage: smolwf", r.out)
     assert.matches("%-%-path DIR", r.out)
+  end)
+
+  it("lists every command in --help, one line each, and each has its own --help", function()
+    local r = smolwf({"--help"})
+    assert.matches("See smolwf COMMAND %-%-help", r.out)
+    local listed = 0
+    for file in lfs.dir(core.exe_path():match("^(.*)/") .. "/lua/smol/cli") do
+      local name = file:match("^(.-)%.lua$")
+      if name then
+        local command = name:gsub("_", "-")
+        local words = command == "provider" and "provider serve" or command
+        assert.matches("\n  " .. words:gsub("%-", "%%-") .. " [^\n]*%w[^\n]*\n", r.out)
+        local sub = smolwf({command, "--help"})
+        -- `smolwf test --help` ends in busted's own --help, which exits 1
+        if command ~= "test" then assert.equal(0, sub.code, command .. " --help: " .. sub.err) end
+        assert.matches("usage: smolwf " .. command:gsub("%-", "%%-"), sub.out)
+        listed = listed + 1
+      end
+    end
+    assert.is_true(listed >= 4)
   end)
 
   it("rejects an unknown option with usage and status 1", function()

@@ -195,6 +195,32 @@ describe("smol.conformance", function()
     end)
   end)
 
+  describe("wire.wait_until", function()
+    it("sees a condition outside the loop (a file) change without waiting for its deadline", function()
+      local path = os.tmpname()
+      os.remove(path)
+      finally(function() os.remove(path) end)
+      local exited = false
+      local writer = assert(core.spawn{file = "sh", args = {"sh", "-c", "sleep 0.2; : > " .. path .. "; exec sleep 30"},
+        on_exit = function() exited = true end})
+      finally(function()
+        writer:kill("KILL")
+        wire.wait_until(function() return exited end, 30)
+        writer:close()
+      end)
+      local t0 = core.now()
+      -- no event comes while the file appears: the sleep keeps its output and exit for later
+      assert.is_true(wire.wait_until(function() return hostside.exists(path) end, 20))
+      assert.is_true(core.now() - t0 < 10, "waited until the deadline")
+    end)
+
+    it("gives up at its deadline and says so", function()
+      local t0 = core.now()
+      assert.is_false(wire.wait_until(function() return false end, 0.1))
+      assert.is_true(core.now() - t0 >= 0.1)
+    end)
+  end)
+
   describe("run()", function()
     it("rejects bad options with a clear message", function()
       assert.has_error(function() conformance.run{} end,

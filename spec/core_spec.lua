@@ -287,6 +287,31 @@ describe("smol.core", function()
     end)
   end)
 
+  describe("terminal questions", function()
+    local function probe(wrap)
+      local code = "local c = require 'smol.core' print(c.isatty(1), c.term_width(), c.isatty(0))"
+      local p = io.popen(wrap(string.format("%q -e %q", core.exe_path(), code)))
+      local out = p:read("a"):gsub("\r", "")
+      p:close()
+      return out
+    end
+
+    it("answers no through a pipe", function()
+      assert.equal("false\tnil\tfalse\n", probe(function(cmd) return cmd .. " </dev/null" end))
+    end)
+
+    it("answers yes with the width in a terminal", function()
+      if not os.execute("command -v script >/dev/null") then pending("util-linux `script` not installed"); return end
+      local out = probe(function(cmd) return string.format("script -qec %q /dev/null", "stty cols 71; " .. cmd) end)
+      assert.matches("true\t71\ttrue\n$", out)
+    end)
+
+    it("rejects a bad fd", function()
+      assert.has_error(function() core.isatty(-1) end)
+      assert.has_error(function() core.isatty("x") end)
+    end)
+  end)
+
   describe("base64", function()
     it("round-trips every byte value", function()
       local all = {}

@@ -102,6 +102,43 @@ describe("smol.jsonl", function()
     assert.equal(5, #seen)
   end)
 
+  it("keeps several observers, each removed on its own, even from inside a call", function()
+    local first, second, third = {}, {}, {}
+    local remove_first = jsonl.observe(function(dir) first[#first + 1] = dir end)
+    local remove_second
+    remove_second = jsonl.observe(function(dir)
+      second[#second + 1] = dir
+      remove_second()   -- removes itself mid-notification: the others still run
+    end)
+    jsonl.observe(function(dir) third[#third + 1] = dir end)
+    local conn = start(SEED)
+    open(conn)
+    remove_first()
+    remove_first()      -- idempotent
+    conn:shutdown(2)
+    assert.same({"send", "recv"}, first)
+    assert.same({"send"}, second)
+    assert.equal(5, #third)
+    assert.has_error(function() jsonl.observe("no") end,
+      "bad argument #1 to 'jsonl.observe' (function or nil expected, got string)")
+  end)
+
+  it("lets a recording and another observer watch the same lines", function()
+    local record = require "smol.record"
+    local path = ws .. "/rec.jsonl"
+    local seen = 0
+    jsonl.observe(function() seen = seen + 1 end)
+    local rec = record.start(path)
+    local conn = start(SEED)
+    open(conn)
+    conn:shutdown(2)
+    rec:stop()
+    assert.equal(5, seen)
+    local lines = 0
+    for _ in io.lines(path) do lines = lines + 1 end
+    assert.equal(1 + 5, lines)   -- the header, then every line and the exit
+  end)
+
   describe("faults", function()
     it("fails every pending request when the provider exits, naming it and its status", function()
       local conn = start(FAULT)

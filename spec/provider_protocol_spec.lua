@@ -126,7 +126,6 @@ describe("provider protocol", function()
     assert.equals(dir, s.cwd:sub(1, #dir))
     conn:stop()
     assert.is_nil(next(ph.list(dir)))
-    ph.rm(dir)
   end)
 
   it("removes the files of a provider killed by SIGKILL when the next one starts", function()
@@ -144,7 +143,6 @@ describe("provider protocol", function()
     assert.is_false(ph.exists(root))
     assert.is_true(ph.exists(other))
     ph.stop_all()
-    ph.rm(dir)
   end)
 
   it("prints usage on --help and refuses unknown commands", function()
@@ -162,6 +160,10 @@ command's pipe it would hold it all in memory. It must instead stop reading
 loop), and the whole stream must arrive once the host reads.
 ]]
 describe("provider backpressure", function()
+  after_each(function()
+    ph.stop_all()   -- no connection of its own: removes the FIFO's directory, checks no handle is left open
+  end)
+
   local SYS_WRITE, SYS_EPOLL_WAIT = "1", "232"   -- x86_64 syscall numbers, as /proc/PID/syscall shows them
 
   local function in_syscall(pid, nr)
@@ -211,7 +213,5 @@ describe("provider backpressure", function()
     assert.is_nil(out:read("l"))
     out:close()
     proc:close()
-    ph.rm(dir)
-    ph.stop_all()   -- no connection of its own: checks that no handle is left open
   end)
 end)

@@ -53,11 +53,11 @@ end
 -- Every provider program the host exchanged lines with while fn ran.
 local function programs_started(fn)
   local seen, list = {}, {}
-  jsonl.observe(function(_, info)
+  local unobserve = jsonl.observe(function(_, info)
     if not seen[info.program] then seen[info.program] = true; list[#list + 1] = info.program end
   end)
   local ok, err = pcall(fn)
-  jsonl.observe(nil)
+  unobserve()
   if not ok then error(err, 0) end
   return list
 end

@@ -32,6 +32,24 @@ describe("scenario assertions", function()
     assert.not_matches("| err5\n", msg, 1, true)
   end)
 
+  it("shows the command of results from plain sessions too (r.argv), not only the fixture's", function()
+    local sandbox = require "smol.sandbox"
+    local plain = sandbox.open{profile = "local/default", workspace = workspace}
+    local host = sandbox.host{cwd = workspace}
+    finally(function() plain:close(); host:close() end)
+    for _, session in ipairs{plain, host} do
+      local r = session:exec{"sh", "-c", "exit 4"}
+      assert.same({"sh", "-c", "exit 4"}, r.argv)
+      assert.matches("  sh -c 'exit 4'\n  exit code 4", failure_of(assert.exec_ok, r), 1, true)
+      if session == host or session.capabilities.process then
+        local p = session:spawn{"sh", "-c", "exit 5"}
+        local w = p:wait()
+        assert.same({"sh", "-c", "exit 5"}, w.argv)
+        assert.matches("sh -c 'exit 5'", failure_of(assert.exec_ok, w), 1, true)
+      end
+    end
+  end)
+
   it("exec_ok names the signal of a killed command", function()
     local r = sb:exec{"sh", "-c", "kill -KILL $$"}
     local msg = failure_of(assert.exec_ok, r)

@@ -238,6 +238,23 @@ describe("workflow progress, choosing the view", function()
     p:close()
   end)
 
+  it("asks the terminal without forking; a terminal without a size means $COLUMNS", function()
+    if not helpers.which("script") then pending("util-linux `script` not installed"); return end
+    local probe = os.tmpname()
+    finally(function() os.remove(probe) end)
+    helpers.write(probe, [[
+      local function no_fork() error("forked a helper program", 2) end
+      io.popen, os.execute = no_fork, no_fork
+      local progress = require "smol.workflow.progress"
+      print("tty=" .. tostring(progress.stdout_is_terminal()) .. " cols=" .. progress.terminal_width())
+    ]])
+    local p = io.popen(string.format("COLUMNS=77 script -qec %q /dev/null 2>&1",
+      string.format("stty cols 0 rows 0; %q %q", core.exe_path(), probe)))
+    local out = p:read("a"):gsub("\r", "")
+    p:close()
+    assert.matches("tty=true cols=77\n?$", out)
+  end)
+
   it("prints plain lines when stdout is not a terminal", function()
     local p = io.popen(string.format("%q %q", core.exe_path(), script))
     local s = p:read("a")

@@ -9,7 +9,13 @@
 
 void cli_usage(FILE *to) {
   fputs("usage: smolwf [options] [script [args]]\n"
-        "       smolwf [options] COMMAND [args]   (run, test, ... : lua/smol/cli/COMMAND.lua)\n"
+        "       smolwf [options] COMMAND [args]\n"
+        "Commands:\n"
+        "  run FILE           run a workflow (a Lua file of steps) and report on it\n"
+        "  test [PATHS...]    run test scenarios (busted specs, default spec/) in the host\n"
+        "  provider serve F   serve the sandbox provider protocol with methods from F.lua\n"
+        "  provider-check     check that a provider program follows the protocol\n"
+        "See smolwf COMMAND --help for a command's options.\n"
         "Available options are:\n"
         "  -e CODE     run the string CODE (may be repeated)\n"
         "  -v          show version information\n"

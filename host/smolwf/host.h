@@ -3,7 +3,8 @@
 ** one main Lua state) and the entry points each file offers the others.
 ** Files are named after the concept they hold: callback.c (protected calls
 ** into Lua), sigint.c (Ctrl-C), timer.c, process.c, reader.c (pipe reading),
-** stdio.c (the host's own stdin/stdout for Lua providers), b64.c, fs.c,
+** stdio.c (the host's own stdin/stdout for Lua providers), tty.c
+** (terminal questions), b64.c, fs.c,
 ** core.c (the smol.core module table), exitpath.c (orderly shutdown),
 ** luapath.c (package.path), cli.c and main.c (the command line).
 */
@@ -95,6 +96,7 @@ void b64_open(lua_State *L);
 void fs_open(lua_State *L);
 void loop_open(lua_State *L);
 void stdio_open(lua_State *L);
+void tty_open(lua_State *L);            /* tty.c: core.isatty, core.term_width */
 int luaopen_smol_core(lua_State *L);
 
 /* shutdown hooks used by exitpath.c */

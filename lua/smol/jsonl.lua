@@ -7,8 +7,9 @@ smol.jsonl: one connection to a provider process speaking JSON Lines
   conn:notify("kill", params)       -- fire and forget: the reply is dropped
   conn:shutdown(grace)              -- `shutdown`, then wait for the exit
   conn:alive(), conn.pid, conn.program, conn.exit_code, conn:wait_exit()
-  jsonl.observe(fn)                 -- fn(direction, info, line) for every line
-                                    -- ("send"/"recv"), fn("exit", info, status)
+  local remove = jsonl.observe(fn)  -- fn(direction, info, line) for every line
+                                    -- ("send"/"recv"), fn("exit", info, status);
+                                    -- remove() unregisters just this fn
 
 Requests are multiplexed by integer id. The read callback (on the main
 state) only decodes a line and routes it to the queue of its request; the
@@ -41,21 +42,51 @@ jsonl.DEFAULT_MAX_DEPTH = 128
 -- take to exit before it is killed.
 local EXIT_GRACE = 2
 
-local observer          -- see jsonl.observe
+-- See jsonl.observe. Replaced, never changed in place, so an observer
+-- that removes itself (or adds another) does not disturb the loop
+-- notifying the current ones.
+local observers = {}
 local connections = 0   -- connection numbers, for observers and names
 
 local Conn = {}
 Conn.__index = Conn
 
--- Registers fn(direction, info, line) called for every line sent ("send")
--- or received ("recv") on any connection, and fn("exit", info, status) when
--- a provider exits; nil removes it. fn must not yield.
+-- A copy of list without entry.
+local function without(list, entry)
+  local rest = {}
+  for _, e in ipairs(list) do
+    if e ~= entry then rest[#rest + 1] = e end
+  end
+  return rest
+end
+
+--[[
+Registers fn(direction, info, line), called for every line sent ("send")
+or received ("recv") on any connection, and fn("exit", info, status) when
+a provider exits; observers are called in the order they were added and
+must not yield. Returns a function that removes this registration
+(idempotent): several observers (a recorder, a test) coexist.
+jsonl.observe(nil) removes every observer; that is for test cleanup,
+library code calls its remover.
+]]
 function jsonl.observe(fn)
-  observer = fn
+  if fn == nil then
+    observers = {}
+    return function() end
+  end
+  if type(fn) ~= "function" then
+    error("bad argument #1 to 'jsonl.observe' (function or nil expected, got " .. type(fn) .. ")", 2)
+  end
+  local entry = {fn = fn}  -- its own identity: the same fn may be registered twice
+  local list = {table.unpack(observers)}
+  list[#list + 1] = entry
+  observers = list
+  return function() observers = without(observers, entry) end
 end
 
 local function notify_observer(conn, direction, what)
-  if observer then observer(direction, conn.info, what) end
+  local list = observers
+  for i = 1, #list do list[i].fn(direction, conn.info, what) end
 end
 
 local function basename(path)

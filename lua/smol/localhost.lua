@@ -357,7 +357,7 @@ function Host:exec(spec)
   end
   if proc then proc:close() end
   local r = result_of(outcome)
-  r.process_id = proc and tostring(proc.pid)
+  r.process_id, r.argv = proc and tostring(proc.pid), argv
   return r
 end
 
@@ -394,7 +394,9 @@ function Process:wait(opts)
     self._done = true
     if self._proc then self._proc:close() end
   end
-  return result_of(self._outcome, not exited)
+  local r = result_of(self._outcome, not exited)
+  r.argv = table.move(self.argv, 1, #self.argv, 1, {})
+  return r
 end
 
 function Process:kill(signal)

@@ -80,10 +80,8 @@ end
 function Recorder:stop()
   if self.stopped then return end
   self.stopped = true
-  if M.current == self then
-    jsonl.observe(nil)
-    M.current = nil
-  end
+  self.unobserve()
+  if M.current == self then M.current = nil end
   self.file:close()
 end
 
@@ -99,7 +97,7 @@ function M.start(path)
   local rec = setmetatable({path = path, file = file, seq = 0, requests = {}, started = core.now()}, Recorder)
   file:write(json.encode({format = M.FORMAT, version = M.VERSION, started_at = core.time()}), "\n")
   M.current = rec
-  jsonl.observe(function(direction, info, what) rec:observe(direction, info, what) end)
+  rec.unobserve = jsonl.observe(function(direction, info, what) rec:observe(direction, info, what) end)
   -- No exit hook: sessions closed by exit hooks must be recorded too, and
   -- line buffering already puts every entry in the file.
   return rec

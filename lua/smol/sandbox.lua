@@ -15,7 +15,8 @@ One provider process per program serves every session opened with it (the
 pool below); one that exited or broke the protocol is replaced at the next
 open. Extension fields are sent only where the session announces them.
 Provider and protocol failures raise smol.errors values; a process's exit
-status is data in the result.
+status is data in the result: {ok, exit_code, signal, timed_out, stdout,
+stderr, ..., argv (the command, a list), process_id (exec)}.
 ]]
 
 local cjson = require "cjson"
@@ -431,7 +432,7 @@ function Session:exec(spec)
   local r, state = self:process_request("exec", spec, fields, raw, argv)
   local ok, result = pcall(build_result, r, spec.capture)
   if not ok then error(errors.with_context(result, "exec", argv[1]), 0) end
-  result.process_id = state.process_id
+  result.process_id, result.argv = state.process_id, argv
   return result
 end
 
@@ -470,6 +471,7 @@ function Process:wait(opts)
   local r = self:request("wait", fields, {on_event = event_handler(callbacks, {})})
   local ok, result = pcall(build_result, r, opts.capture)
   if not ok then error(errors.with_context(result, "wait", self.process_id), 0) end
+  result.argv = table.move(self.argv, 1, #self.argv, 1, {})
   return result
 end
 

@@ -152,6 +152,7 @@ end
 local function run_workflow(def, opts)
   if opts.list then io.stdout:write(wf.tree(def), "\n"); return 0 end
   if opts.dry_run then print_dry_run(def, opts); return 0 end
+  wf.instances(def, opts.steps)  -- an unknown --step is an invalid run: say so before any output
   local run = wf.run(def, { jobs = opts.jobs, steps = opts.steps, params = opts.params,
     keep_going = opts.keep_going, report_dir = opts.report_dir, observers = observers_for(opts),
     on_abort = function(run) print_summary(run, opts) end })

@@ -12,7 +12,6 @@ local wire = require "smol.conformance.wire"
 
 local APPEAR_TIMEOUT = 8     -- seconds for spawned processes to show up (ms normally; slack for a loaded machine)
 local VANISH_TIMEOUT = 2     -- seconds for them to be gone after close (ms when it works)
-local POLL = 0.02            -- /proc is looked at this often while waiting
 
 local function alive(marker)
   local procs = hostside.find_procs(marker)
@@ -50,7 +49,7 @@ local function start_sleepers(conn, session)
   local seen = wire.wait_until(function()
     local l1, l2 = alive(a), alive(b)
     return #l1 > 0 and #l2 > 0
-  end, APPEAR_TIMEOUT, POLL)
+  end, APPEAR_TIMEOUT)
   if not seen then return nil, {"skip", "the spawned sleeps are not visible on this machine"} end
   return {a, b}
 end
@@ -63,7 +62,7 @@ local function gone(marks)
       for _, p in ipairs(alive(m)) do left[#left + 1] = p end
     end
     return #left == 0
-  end, VANISH_TIMEOUT, POLL)
+  end, VANISH_TIMEOUT)
   if ok then return true, "none left" end
   hostside.kill(left)   -- the kit leaves nothing behind, even for a broken provider
   return false, "still running (killed by the kit now): " .. hostside.describe_procs(left)
@@ -104,7 +103,7 @@ local function close_removes_files(ctx)
     return "skip", "the session's cwd is not a host path of its own"
   end
   ctx:close_session(s)
-  local removed = wire.wait_until(function() return not hostside.exists(cwd) end, 2, POLL)
+  local removed = wire.wait_until(function() return not hostside.exists(cwd) end, 2)
   return removed, cwd .. " removed by close", removed and "removed" or "still there"
 end
 

@@ -39,21 +39,26 @@ local function current_environment()
   return env
 end
 
+-- How often wait_until looks at its condition when no event comes.
+wire.POLL = 0.02
+
 --[[
 Runs the loop until pred() is true or `seconds` passed; returns pred().
-pred is checked after each loop turn; when it watches something outside
-the loop (/proc, files), pass `poll` seconds so a turn ends at least that
-often even when no event comes.
+pred is checked after each loop turn, and a turn ends at least every
+`poll` seconds (default wire.POLL) even when no event comes: a condition
+on something outside the loop (/proc, files, the clock) is seen within
+that time instead of at the deadline.
 ]]
 function wire.wait_until(pred, seconds, poll)
   if pred() then return true end
+  poll = poll or wire.POLL
   local expired = false
   local timer = core.timer(seconds, function() expired = true end)
   local ok, err = pcall(function()
     while not pred() and not expired do
-      local tick = poll and core.timer(poll, function() end)
+      local tick = core.timer(poll, function() end)
       core.run_once()
-      if tick then tick:stop() end
+      tick:stop()
     end
   end)
   timer:stop()

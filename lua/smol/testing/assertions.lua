@@ -33,11 +33,11 @@ local function shell_quote(word)
   return "'" .. word:gsub("'", [['\'']]) .. "'"
 end
 
---- The command of an exec result as a shell-like line, or a placeholder.
--- `r.argv` is set by the sandbox fixture (and by the client when it keeps it).
+--- The command of an exec or wait result (`r.argv`, which smol.sandbox and
+--- smol.localhost put there) as a shell-like line; a placeholder for a
+--- result made some other way.
 function M.command_of(r)
-  local argv = r.argv or r.command
-  if type(argv) == "string" then return argv end
+  local argv = r.argv
   if type(argv) ~= "table" then return "(command not recorded in the result)" end
   local words = {}
   for i, word in ipairs(argv) do words[i] = shell_quote(tostring(word)) end

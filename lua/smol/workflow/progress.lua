@@ -14,7 +14,6 @@
 -- With opts.summary, both print the summary table (smol.workflow.summary)
 -- when the run ends; `smolwf run` prints it itself by default.
 local core = require "smol.core"
-local lfs = require "lfs"
 local text = require "smol.workflow.text"
 local summary = require "smol.workflow.summary"
 
@@ -28,29 +27,16 @@ local TAIL_SCAN = 4096
 -- Live lines shown at most; more running steps are folded into "... and N more".
 local MAX_LIVE = 12
 
---- Whether stdout is a terminal: core.isatty(1) when the host has it; until
---- then test(1) asks the same question of the stdout it inherits from us
---- (one fork per run, not an environment-variable guess).
+--- Whether stdout is a terminal (asked of the kernel: no fork, no guess
+--- from the environment).
 function M.stdout_is_terminal()
-  if core.isatty then return core.isatty(1) == true end
-  return os.execute("test -t 1 2>/dev/null") == true
+  return core.isatty(1)
 end
 
--- Columns of the terminal on our stdout by stty(1), or nil. A fallback
--- until the host has core.term_width: the device comes from /proc, since
--- stty's own stdout would be popen's pipe.
-local function stty_columns()
-  local device = lfs.symlinkattributes("/proc/self/fd/1", "target")
-  if not device or not device:match("^/dev/") then return nil end
-  local p = io.popen("stty size < '" .. device .. "' 2>/dev/null")
-  local cols = p and tonumber((p:read("a") or ""):match("^%d+ (%d+)"))
-  if p then p:close() end
-  return cols
-end
-
---- Terminal columns: core.term_width or stty, else $COLUMNS, else 80.
+--- Terminal columns: the terminal's own size, else $COLUMNS (a terminal
+--- that reports none, as a fresh pty), else 80.
 function M.terminal_width()
-  local w = core.term_width and core.term_width() or stty_columns()
+  local w = core.term_width()
   if not w or w <= 0 then w = tonumber(os.getenv("COLUMNS")) end
   return w or 80
 end
@@ -66,7 +52,7 @@ function M.summary_options()
 end
 
 -- The terminal width, asked again at most once a second (a resize shows
--- within a second; asking stty on every redraw would fork 10 times a second).
+-- within a second).
 local function cached_terminal_width(clock)
   local width, asked_at = nil, -math.huge
   return function()
