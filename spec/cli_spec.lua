@@ -2,6 +2,7 @@
 local core = require "smol.core"
 local task = require "smol.task"
 local lfs = require "lfs"
+local h = dofile("spec/fixtures/helpers.lua")
 
 local EXE = core.exe_path()
 
@@ -66,8 +67,7 @@ describe("smolwf command line", function()
 
   after_each(function()
     os.execute("rm -rf '" .. dir .. "'")
-    core.run_nowait()
-    assert.is_true(core.open_handles() <= baseline, "uv handles left open")
+    assert.is_true(h.handles_back_to(baseline), "uv handles left open: " .. core.open_handles() .. " > " .. baseline)
   end)
 
   it("builds arg as lua5.4 does and passes the arguments as varargs", function()

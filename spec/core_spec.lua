@@ -1,10 +1,12 @@
 -- smol.core: the C mechanism (loop, timers, processes, base64, fs helpers).
 -- Runs inside the host: smolwf /usr/bin/busted --ignore-lua spec/core_spec.lua
 local core = require "smol.core"
+local h = dofile("spec/fixtures/helpers.lua")
 
--- Runs the loop until cond() is true; fails instead of hanging.
+-- Runs the loop until cond() is true; fails instead of hanging (the
+-- deadline is generous: only a real failure waits that long).
 local function run_until(cond, seconds)
-  local deadline = core.now() + (seconds or 5)
+  local deadline = core.now() + (seconds or h.WAIT)
   while not cond() do
     assert(core.now() < deadline, "timed out waiting")
     local guard = core.timer(0.05, function() end)  -- run_once never blocks past the deadline
@@ -45,8 +47,7 @@ describe("smol.core", function()
   local baseline
   before_each(function() baseline = core.open_handles() end)
   after_each(function()
-    core.run_nowait()  -- lets pending close callbacks run
-    assert.is_true(core.open_handles() <= baseline, "uv handles left open")
+    assert.is_true(h.handles_back_to(baseline), "uv handles left open: " .. core.open_handles() .. " > " .. baseline)
   end)
 
   describe("spawn", function()

@@ -79,6 +79,36 @@ describe("smol.jsonl", function()
     assert.equal(string.rep("//+A", 5000), got.data_base64)
   end)
 
+  it("decodes a long unescaped payload straight from its line; its text stays readable", function()
+    local core = require "smol.core"
+    local conn = start(core.bundled_provider())
+    local session = conn:request("open", {metadata = {request_id = "r", sandbox_group_id = "g"},
+      profile = {provider = "local", name = "default"}, workspace_sync = {host_path = ws}, cwd = null})
+    local want = {}
+    for i = 1, 30000 do want[i] = string.char(i % 256) end
+    want = table.concat(want)
+    local f = assert(io.open(ws .. "/data.bin", "wb"))
+    f:write(want)
+    f:close()
+    local parts, split = {}, 0
+    conn:request("exec", {session = session, argv = {"cat", "data.bin"}, cwd = null, env = null,
+      stdin_base64 = null}, function(ev)
+        if ev.type ~= "stdout" then return end
+        local bytes = ev[jsonl.PAYLOAD]
+        if bytes then
+          split = split + 1
+          assert.is_nil(rawget(ev, "data_base64"))
+          assert.equal(core.b64encode(bytes), ev.data_base64)   -- made on demand
+        else
+          bytes = core.b64decode(ev.data_base64)
+        end
+        parts[#parts + 1] = bytes
+      end)
+    conn:request("close", {session = session})
+    assert.equal(want, table.concat(parts))
+    assert.is_true(split >= 1, "no event was decoded from its line")
+  end)
+
   it("raises the provider's error as a structured value", function()
     local conn = start(FAULT)
     open(conn)
@@ -172,7 +202,7 @@ describe("smol.jsonl", function()
       assert.is_true(errors.is(e, "protocol"), tostring(e))
       assert.matches(pattern, e.message)
       assert.is_false(conn:alive())
-      assert.is_true(h.wait_until(function() return conn.exit_code ~= nil end, 5))
+      assert.is_true(h.wait_until(function() return conn.exit_code ~= nil end))
     end
 
     it("breaks the connection on a line that is not JSON", function()
@@ -222,7 +252,7 @@ describe("smol.jsonl", function()
       assert.is_true(errors.is(e, "timeout"), tostring(e))
       assert.matches("did not answer `exec` within 0.05 s", e.message)
       -- the late result arrives for an abandoned id: dropped, connection fine
-      assert.is_true(h.wait_until(function() return next(conn.abandoned) == nil end, 5))
+      assert.is_true(h.wait_until(function() return next(conn.abandoned) == nil end))
       assert.is_true(conn:alive())
       assert.equal("fault_2", open(conn).id)
     end)
@@ -233,7 +263,7 @@ describe("smol.jsonl", function()
       local e = h.catch(conn.request, conn, "exec", {argv = {"interleave", "A", "3", "0"}},
         function() error("stop here", 0) end)
       assert.equal("stop here", e)
-      assert.is_true(h.wait_until(function() return next(conn.abandoned) == nil end, 5))
+      assert.is_true(h.wait_until(function() return next(conn.abandoned) == nil end))
       assert.is_true(conn:alive())
     end)
 

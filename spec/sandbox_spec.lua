@@ -199,10 +199,13 @@ describe("smol.sandbox", function()
       assert.equal("x", sb:exec{"x"}.stdout)   -- the uncapped provider is another process
     end)
 
-    it("fails a request on invalid base64", function()
+    it("fails a request on invalid base64, in a short line or a long one", function()
       local e = h.catch(sb.exec, sb, {"bad_base64"})
       assert.is_true(errors.is(e, "protocol"), tostring(e))
-      assert.matches("sandbox exec event contained invalid base64 data: invalid base64 at offset %d", e.message)
+      assert.matches("sandbox exec event contained invalid base64 data: invalid base64 at offset 0", e.message)
+      e = h.catch(sb.exec, sb, {"bad_base64", "5000"})   -- decoded from the line by smol.jsonl, then not
+      assert.is_true(errors.is(e, "protocol"), tostring(e))
+      assert.matches("sandbox exec event contained invalid base64 data: invalid base64 at offset 20000", e.message)
     end)
 
     it("fails every request in flight when the provider crashes; the next open starts a fresh one", function()

@@ -2,6 +2,7 @@
 -- outside any task (it drives the loop) and inside one (it yields).
 local core = require "smol.core"
 local task = require "smol.task"
+local h = dofile("spec/fixtures/helpers.lua")
 
 local modes = {
   sync = function(fn) return fn() end,
@@ -28,8 +29,7 @@ describe("smol.task", function()
   local baseline
   before_each(function() baseline = core.open_handles() end)
   after_each(function()
-    core.run_nowait()
-    assert.is_true(core.open_handles() <= baseline, "uv handles left open")
+    assert.is_true(h.handles_back_to(baseline), "uv handles left open: " .. core.open_handles() .. " > " .. baseline)
   end)
 
   for mode, within in pairs(modes) do

@@ -8,6 +8,7 @@
 #include "host.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include <lauxlib.h>
 
@@ -16,8 +17,11 @@ enum { READER_IDLE, READER_READING, READER_DONE, READER_CLOSING, READER_CLOSED }
 /*
 ** One read buffer for the whole host: read callbacks consume it before
 ** they return and nested loop runs are refused, so it is never shared.
+** As big as a pipe made big (F_SETPIPE_SZ, 1 MiB by default): a 64 KiB
+** output event is an ~87 KiB line, which fits whole only in a buffer
+** larger than that, and only a whole line skips the copy into the linebuf.
 */
-static char read_buffer[64 * 1024];
+static char read_buffer[1024 * 1024];
 
 static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf) {
   (void)handle;
@@ -61,11 +65,33 @@ static void finish(reader *r, const char *err) {
   if (r->on_done) r->on_done(r, r->owner);
 }
 
+static void too_long(reader *r) {
+  char msg[80];
+  snprintf(msg, sizeof msg, "line longer than %zu bytes", r->max_line);
+  finish(r, msg);
+}
+
+/*
+** Splits data into lines for the callback. A line that sits whole in the
+** read buffer goes to Lua straight from it (lua_pushlstring needs no '\0',
+** so the copy into the linebuf that linebuf_feed makes is skipped); a line
+** begun in an earlier read, or cut by the end of this one, goes through
+** the linebuf. Stops when the callback closed us.
+*/
 static void feed_lines(reader *r, const char *data, size_t n) {
-  if (linebuf_feed(&r->lb, data, n, on_line, r) < 0 && r->state == READER_READING) {
-    char msg[80];
-    snprintf(msg, sizeof msg, "line longer than %zu bytes", r->max_line);
-    finish(r, msg);
+  const char *end = data + n;
+  while (data < end && r->state == READER_READING) {
+    const char *nl = memchr(data, '\n', (size_t)(end - data));
+    size_t upto = nl != NULL ? (size_t)(nl - data) + 1 : (size_t)(end - data);
+    int over_long;
+    if (nl != NULL && linebuf_pending(&r->lb) == 0) {
+      over_long = (size_t)(nl - data) > r->max_line;
+      if (!over_long) call_back(r, data, (size_t)(nl - data), NULL);
+    } else {
+      over_long = linebuf_feed(&r->lb, data, upto, on_line, r) < 0;
+    }
+    if (over_long && r->state == READER_READING) too_long(r);
+    data += upto;
   }
 }
 

@@ -194,27 +194,42 @@ end
 Output events are almost all base64 payload, and lua-cjson copies a string
 one character at a time (about 300 MB/s), which would cap streaming far
 below the pipe's speed. So for a long line the value of its
-"data_base64":"..." member is cut out (a base64 string has no quote and no
-escape but "\/"), cjson decodes the short rest with that member emptied,
-and the payload is put back. Anything unexpected (another escape, the
-member not in an event) falls back to decoding the whole line.
+"data_base64":"..." member is cut out (a base64 string has no quote), cjson
+decodes the short rest with that member emptied, and the payload is decoded
+straight from the line (core.b64decode of a range: no copy of it as a Lua
+string). The event then holds the bytes under the key jsonl.PAYLOAD, which
+no JSON text can produce, for the sandbox client to take; its data_base64
+is made from the line only if someone reads it. Anything unexpected (an
+escape such as "\/" in the payload, invalid base64, the member not in an
+event) falls back to decoding the whole line, which keeps the text for the
+client to judge.
 ]]
 local SPLIT_MIN = 4096
 local PAYLOAD_KEY = '"data_base64":"'
+jsonl.PAYLOAD = setmetatable({}, {__name = "jsonl.PAYLOAD", __tostring = function() return "jsonl.PAYLOAD" end})
+
+-- data_base64 of a split event, cut from its line on first use.
+local function lazy_payload_text(line, first, last)
+  return {__index = function(ev, key)
+    if key ~= "data_base64" then return nil end
+    local text = line:sub(first, last)
+    rawset(ev, "data_base64", text)
+    return text
+  end}
+end
 
 local function decode_split(codec, line)
   local _, key_end = line:find(PAYLOAD_KEY, 1, true)
   local close = key_end and line:find('"', key_end + 1, true)
   if not close then return nil end
-  local payload = line:sub(key_end + 1, close - 1)
-  if payload:find("\\", 1, true) then
-    payload = payload:gsub("\\/", "/")
-    if payload:find("\\", 1, true) then return nil end
-  end
+  local bytes = core.b64decode(line, key_end + 1, close - 1)
+  if not bytes then return nil end
   local ok, msg = pcall(codec.decode, line:sub(1, key_end) .. line:sub(close))
   local ev = ok and type(msg) == "table" and msg.event
   if type(ev) ~= "table" or ev.data_base64 ~= "" then return nil end
-  ev.data_base64 = payload
+  ev.data_base64 = nil
+  ev[jsonl.PAYLOAD] = bytes
+  setmetatable(ev, lazy_payload_text(line, key_end + 1, close - 1))
   return msg
 end
 
@@ -266,8 +281,11 @@ local function spawn_provider(conn, opts)
   local args = {conn.program}
   for _, a in ipairs(opts.args or {"serve"}) do args[#args + 1] = a end
   local on_stderr = opts.on_stderr or default_stderr("[" .. conn.name .. "] ")
+  -- The provider leads its own process group: a terminal's Ctrl-C then reaches
+  -- only the host, which shuts providers down in order, and killing a broken
+  -- provider also kills the children that would keep its stdout open.
   return core.spawn{
-    file = conn.program, args = args, env = opts.env, cwd = opts.cwd,
+    file = conn.program, args = args, env = opts.env, cwd = opts.cwd, process_group = true,
     stdin = true, stdout = "lines", stderr = "lines", max_line = conn.max_line,
     on_stdout = function(line, err) conn:on_stdout(line, err) end,
     on_stderr = function(line) if line then on_stderr(line) end end,

@@ -332,7 +332,8 @@ local function event_handler(callbacks, state)
       protocol_error(("unknown sandbox exec event type `%s`"):format(tostring(kind)))
     end
     if kind == "stdout" or kind == "stderr" then
-      ev.data = decode_b64(ev.data_base64, "sandbox exec event contained invalid base64 data")
+      -- long payloads come decoded already (see smol.jsonl's decode_split)
+      ev.data = ev[jsonl.PAYLOAD] or decode_b64(ev.data_base64, "sandbox exec event contained invalid base64 data")
     elseif kind == "started" then
       state.process_id = str(ev.process_id)
     end
