@@ -283,6 +283,14 @@ describe("smol.core", function()
       assert.equal("a\nbb\0\255", out:match("^nil,busy;(.*)EOF$"):gsub("[<>]", ""))
     end)
 
+    it("reads lines that end in a later read, and many in one read, intact", function()
+      local lines = {}
+      for i = 1, 60 do lines[i] = string.rep(string.char(65 + i % 26), (i * 37771) % 300000) end
+      local input = table.concat(lines, "\n") .. "\n"
+      local out = echo("lines", input)
+      assert.equal("nil,busy;<" .. table.concat(lines, "><") .. ">EOF", out)
+    end)
+
     it("stops at an over-long line", function()
       assert.equal("nil,busy;<a>error:line longer than 2 bytes", echo("lines", "a\nbbb\nc\n", 2))
     end)
@@ -337,6 +345,25 @@ describe("smol.core", function()
         local s = table.concat(bytes)
         assert.equal(s, core.b64decode(core.b64encode(s)), "length " .. n)
       end
+    end)
+
+    it("decodes a range of a string, with string.sub's positions", function()
+      local s = '{"data_base64":"Zm9vYmFy","x":1}'
+      assert.equal("foobar", core.b64decode(s, 17, 24))
+      assert.equal("foo", core.b64decode(s, 17, 20))
+      assert.equal("foobar", core.b64decode("xxZm9vYmFy", 3))
+      assert.equal("foobar", core.b64decode("Zm9vYmFy", -8, -1))
+      assert.equal("", core.b64decode(s, 5, 4))
+      assert.equal("", core.b64decode("", 1, 10))
+      assert.same({nil, "invalid base64 at offset 3"}, {core.b64decode("xxZm9!YmFy", 3, 10)})
+      assert.is_nil(core.b64decode(s, 16, 24))   -- the quote is not base64
+      assert.has_error(function() core.b64decode(s, "x") end)
+    end)
+
+    it("decodes big payloads (beyond the reused buffer) and small ones after them", function()
+      local big = string.rep("\1\2\255", 3 * 1024 * 1024)
+      assert.equal(big, core.b64decode(core.b64encode(big)))
+      assert.equal("foo", core.b64decode("Zm9v"))
     end)
 
     it("rejects invalid input with the offset", function()

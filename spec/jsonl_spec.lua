@@ -91,7 +91,7 @@ describe("smol.jsonl", function()
     f:write(want)
     f:close()
     local parts, split = {}, 0
-    conn:request("exec", {session = session, argv = {"cat", "data.bin"}, cwd = null, env = null,
+    conn:request("exec", {session = session, argv = {"cat", ws .. "/data.bin"}, cwd = null, env = null,
       stdin_base64 = null}, function(ev)
         if ev.type ~= "stdout" then return end
         local bytes = ev[jsonl.PAYLOAD]

@@ -24,11 +24,31 @@ function M.cancel(S, inst, kind, reason)
   if p.wake then p.wake:set() end
 end
 
-local function last_line_of(chunk, previous)
-  local text = chunk:gsub("[\r\n]+$", "")
-  local line = text:match("([^\r\n]*)$")
-  if line == nil or line == "" then return previous end
-  return line
+-- The live view shows one line; a longer one is cut to its last bytes.
+local LAST_LINE_MAX = 1024
+local NL, CR = 10, 13
+
+-- The last non-empty line of an output chunk (or `previous` when it has
+-- none), found by scanning back from the end: output arrives in many
+-- chunks, so the cost must not grow with the chunk's size (a pattern
+-- anchored only at "$" is retried from every byte).
+function M.last_line_of(chunk, previous)
+  local stop = #chunk
+  while stop > 0 do
+    local b = chunk:byte(stop)
+    if b ~= NL and b ~= CR then break end
+    stop = stop - 1
+  end
+  if stop == 0 then return previous end
+  local start, limit = stop, math.max(1, stop - LAST_LINE_MAX + 1)
+  while start > limit do
+    local b = chunk:byte(start - 1)
+    if b == NL or b == CR then break end
+    start = start - 1
+  end
+  -- A cut line must not start inside a UTF-8 sequence (continuation bytes).
+  while start < stop and chunk:byte(start) & 0xC0 == 0x80 do start = start + 1 end
+  return chunk:sub(start, stop)
 end
 
 local function save_artifact(S, inst, session, path, name)
@@ -50,7 +70,7 @@ local function bridge(S, inst)
   local b = {}
   function b.session() return S.sessions:get(key, spec) end
   function b.output(_, stream, chunk)
-    inst.last_line = last_line_of(chunk, inst.last_line)
+    inst.last_line = M.last_line_of(chunk, inst.last_line)
     observe.notify(S, "step_output", inst, stream, chunk)
   end
   function b.log(_, message)
