@@ -7,6 +7,9 @@
 -- 2. 200 steps each running `true` through the provider with jobs = 8,
 --    side by side with 200 raw `exec` calls from 8 tasks on one session.
 --    Target: engine / raw <= 1.15x.
+-- 3. A step printing 30 MB of 57-byte lines (the per-chunk path: live line,
+--    observers, log files) vs the same command through a raw exec; with and
+--    without the captured copy. Target: close to raw (was 30x+ slower).
 local wf = require "smol.workflow"
 local task = require "smol.task"
 local core = require "smol.core"
@@ -121,5 +124,38 @@ local function bench_exec()
   report("each opening and closing its session", n, raw_open, engine_open)
 end
 
+local OUTPUT_BYTES = 30 * 1000 * 1000
+local OUTPUT_CMD = "yes 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa' | head -c " .. OUTPUT_BYTES
+
+-- The engine's whole per-chunk path: log files on (reports = true writes
+-- them), the live line, observers; report files are written too.
+local function timed_output_run(capture)
+  local dir = temp_report_dir()
+  local def = { name = "output", sandbox = { profile = PROFILE, workspace = "" }, steps = {
+    { name = "print", run = function(ctx) ctx:exec { "sh", "-c", OUTPUT_CMD, capture = capture } end } } }
+  local run
+  local t = timed(function() run = wf.run(wf.define(def), { report_dir = dir }) end)
+  rm_rf(dir)
+  assert(run.result == "success", "bench run failed: " .. tostring(run.result))
+  return t
+end
+
+local function bench_output()
+  for _, capture in ipairs { false, true } do
+    local raw, engine = math.huge, math.huge
+    for _ = 1, ROUNDS do
+      raw = math.min(raw, timed(function()
+        local sb = sandbox.open { profile = PROFILE, workspace = "" }
+        sb:exec { "sh", "-c", OUTPUT_CMD, capture = capture, on_stdout = function() end }
+        sb:close()
+      end))
+      engine = math.min(engine, timed_output_run(capture))
+    end
+    print(("30 MB of short lines (%s, capture %s): raw exec %.3f s, workflow step %.3f s, ratio %.2fx")
+      :format(PROFILE, tostring(capture), raw, engine, engine / raw))
+  end
+end
+
 bench_scheduling()
 bench_exec()
+bench_output()

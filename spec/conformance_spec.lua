@@ -217,7 +217,10 @@ describe("smol.conformance", function()
     it("gives up at its deadline and says so", function()
       local t0 = core.now()
       assert.is_false(wire.wait_until(function() return false end, 0.1))
-      assert.is_true(core.now() - t0 >= 0.1)
+      -- libuv timers count whole milliseconds of a loop time cached per turn,
+      -- so the deadline may fire up to ~1 ms before uv_hrtime says 0.1 s passed
+      local waited = core.now() - t0
+      assert.is_true(waited >= 0.098, "gave up after " .. waited .. "s")
     end)
   end)
 
@@ -229,16 +232,75 @@ describe("smol.conformance", function()
         "conformance.run: `profile` must look like PROVIDER/NAME, got nope")
     end)
 
-    it("fails every check, without hanging, against a provider that exits at once", function()
+    it("rejects an open_timeout that is not a positive number", function()
+      assert.has_error(function() conformance.run{program = "x", open_timeout = 0} end,
+        "conformance.run: `open_timeout` must be a positive number of seconds, got 0")
+    end)
+  end)
+
+  -- One cause, one failure: a provider that cannot open a session fails the
+  -- open once and the checks that need a session are skipped, counted.
+  describe("when open fails", function()
+    -- The results by status: {pass = {...}, fail = {...}, skip = {...}}.
+    local function by_status(report)
+      local t = {pass = {}, fail = {}, skip = {}}
+      for _, r in ipairs(report.results) do table.insert(t[r.status], r) end
+      return t
+    end
+
+    -- Every skipped result is one blocked by the failed open.
+    local function all_blocked(skips)
+      for _, r in ipairs(skips) do
+        if not r.blocked then return false, conformance.format(r) end
+      end
+      return true
+    end
+
+    it("fails once with the provider's error and skips the rest (provider exits at once)", function()
       local started = core.now()
-      local report = conformance.run{program = "sh", args = {"-c", "exit 3"}, profile = "x/y",
-        groups = {"session", "exec", "process"}}
+      local report = conformance.run{program = "sh", args = {"-c", "echo oops >&2; exit 3"},
+        profile = "x/y"}
       assert.is_true(core.now() - started < 10, "took " .. (core.now() - started) .. "s")
-      assert.are.equal(0, report.passed)
-      assert.are.equal(0, report.skipped)
-      local first = report.results[1]
-      assert.are.equal("no session for this group: open answered no reply "
-        .. "(provider exited (exit code 3))", first.got)
+      local r = by_status(report)
+      assert.are.same({0, 1}, {report.passed, report.failed})
+      assert.are.equal("FAIL session: open with profile x/y answers a session: expected a session "
+        .. '{id, capabilities}; got no reply (provider exited (exit code 3)); provider stderr: "oops"',
+        conformance.format(r.fail[1]))
+      -- it does not serve at all: even the checks that need no session are skipped
+      assert.is_true(report.skipped > 80, "only " .. report.skipped .. " skipped")
+      assert.are.equal(report.skipped, report.blocked)
+      assert.is_true(all_blocked(r.skip))
+      assert.are.equal("0 passed, 1 failed, " .. report.skipped
+        .. " skipped (they need a session, and open failed)", conformance.summary(report))
+    end)
+
+    it("runs only the checks that need no session when the provider refuses the profile", function()
+      local before = my_children()
+      local report = conformance.run{program = BUNDLED, profile = "nosuch/x"}
+      local r = by_status(report)
+      assert.are.equal(1, report.failed, "failed checks:\n" .. failures(report))
+      assert.matches("^FAIL session: open with profile nosuch/x answers a session: .*; got error "
+        .. "invalid_request: .*unknown profile `nosuch/x`", conformance.format(r.fail[1]))
+      assert.is_true(all_blocked(r.skip))
+      assert.is_true(report.blocked > 70, "only " .. report.blocked .. " blocked")
+      for _, pass in ipairs(r.pass) do assert.are.equal("bad lines", pass.group) end
+      assert.is_true(#r.pass >= 5, "only " .. #r.pass .. " passed")
+      assert.is_false(hostside.exists(report.workspace))
+      assert.are.same({}, new_children(before))
+    end)
+
+    it("gives up on a provider that never answers open after open_timeout", function()
+      local marker = "600." .. hostside.token():gsub("%D", ""):sub(1, 6)
+      local started = core.now()
+      local report = conformance.run{program = "sh", args = {"-c", "exec sleep " .. marker},
+        profile = "x/y", open_timeout = 0.3}
+      assert.is_true(core.now() - started < 10, "took " .. (core.now() - started) .. "s")
+      local r = by_status(report)
+      assert.are.same({0, 1}, {report.passed, report.failed})
+      assert.matches("; got no reply within 0.3s$", conformance.format(r.fail[1]))
+      assert.are.equal(report.skipped, report.blocked)
+      assert.is_true(report.skipped > 80, "only " .. report.skipped .. " skipped")
+      assert.are.same({}, hostside.find_procs("sleep\0" .. marker))
     end)
 
     it("fails at once for a program that does not exist", function()
@@ -290,6 +352,48 @@ describe("smolwf provider-check", function()
     status, out = run_cli{"--", "/no/such/provider"}
     assert.are.equal(2, status)
     assert.matches("cannot start provider `/no/such/provider`", out)
+  end)
+
+  it("prints one FAIL line for an open the provider refuses, and counts the skipped", function()
+    local status, out = run_cli{"--profile", "nosuch/x", "--", BUNDLED}
+    assert.are.equal(1, status, out)
+    local fails = {}
+    for line in out:gmatch("[^\n]+") do
+      if line:match("^FAIL") then fails[#fails + 1] = line end
+      assert.not_matches("^SKIP", line)
+    end
+    assert.are.equal(1, #fails, out)
+    assert.matches("^FAIL session: open with profile nosuch/x answers a session: expected a "
+      .. "session {id, capabilities}; got error invalid_request: .*unknown profile `nosuch/x`", fails[1])
+    assert.matches("\n%d passed, 1 failed, %d+ skipped %(they need a session, and open failed%)\n$", out)
+  end)
+
+  it("stops waiting for open after --open-timeout: one failure, nothing left running", function()
+    local marker = "600." .. hostside.token():gsub("%D", ""):sub(1, 6)
+    local status, out = run_cli{"--open-timeout", "0.3", "--", "sh", "-c", "exec sleep " .. marker}
+    assert.are.equal(1, status, out)
+    assert.matches("^FAIL session: open with profile auto/default answers a session: expected a "
+      .. "session {id, capabilities}; got no reply within 0.3s\n0 passed, 1 failed, %d+ skipped "
+      .. "%(they need a session, and open failed%)\n$", out)
+    assert.are.same({}, hostside.find_procs("sleep\0" .. marker))
+  end)
+
+  it("prints its help with usage, options and exit status; exits 0", function()
+    local status, out = run_cli{"--help"}
+    assert.are.equal(0, status, out)
+    assert.matches("^usage: smolwf provider%-check %[OPTIONS%]", out)
+    assert.matches("\noptions:\n  %-%-profile P ", out)
+    assert.matches("\n  %-%-open%-timeout S ", out)
+    assert.matches("\nexit status: 0 every check passed, 1 a check failed, 2 usage error", out)
+  end)
+
+  it("names an unknown option and exits 2", function()
+    local status, out = run_cli{"--bogus"}
+    assert.are.equal(2, status, out)
+    assert.are.equal("smolwf provider-check: unknown option '--bogus' (see smolwf provider-check --help)\n", out)
+    status, out = run_cli{"--open-timeout", "soon"}
+    assert.are.equal(2, status, out)
+    assert.matches("%-%-open%-timeout needs a positive number of seconds, got 'soon'", out)
   end)
 
   it("lists its groups", function()

@@ -112,7 +112,7 @@ describe("smol.core", function()
         run_until(function() return #r.stdout > 0 end)
         assert.is_true(p:kill("TERM"))
       end})
-      assert.is_true(core.now() - t0 < 5)
+      assert.is_true(core.now() - t0 < 25)   -- well before the sleep's 30 s, even on a loaded machine
       assert.same({"started"}, r.stdout)
       assert.equal(143, r.code)
     end)

@@ -120,7 +120,8 @@ describe("sandbox.host", function()
     it("runs two `sleep 1` in two tasks at once", function()
       local t0 = core.now()
       task.all{function() return host:exec{"sleep", "1"} end, function() return host:exec{"sleep", "1"} end}
-      assert.is_true(core.now() - t0 < 1.7)
+      -- one after the other takes at least 2 s; the slack is for a loaded machine
+      assert.is_true(core.now() - t0 < 1.95)
     end)
 
     it("kills the process of a cancelled exec", function()

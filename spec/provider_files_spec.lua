@@ -90,6 +90,61 @@ describe("provider workspace copy at open", function()
   end)
 end)
 
+describe("provider workspace copy: what it leaves out", function()
+  after_each(function()
+    ph.stop_all()
+  end)
+
+  it("skips directories tagged as caches (CACHEDIR.TAG with the signature)", function()
+    local src = ph.tempdir()
+    sh(("cd %s && mkdir -p .smolwf/run1 cache fake && printf x > .smolwf/run1/report.json"
+      .. " && printf 'Signature: 8a477f597d28d172789f06886806bc55\\n# made by smolwf\\n' > .smolwf/CACHEDIR.TAG"
+      .. " && printf 'Signature: 8a477f597d28d172789f06886806bc55' > cache/CACHEDIR.TAG && printf c > cache/c"
+      .. " && printf 'Signature: not the one\\n' > fake/CACHEDIR.TAG && printf k > keep"):format(src))
+    local conn = ph.start()
+    local s = ph.open(conn, {workspace_sync = {host_path = src}})
+    assert.is_false(ph.exists(s.cwd .. "/.smolwf"))
+    assert.is_false(ph.exists(s.cwd .. "/cache"))
+    assert.equals("Signature: not the one\n", ph.read_host(s.cwd .. "/fake/CACHEDIR.TAG"))
+    assert.equals("k", ph.read_host(s.cwd .. "/keep"))
+    -- The directory the user names is copied even when it is tagged itself.
+    local s2 = ph.open(conn, {workspace_sync = {host_path = src .. "/cache"}})
+    assert.equals("c", ph.read_host(s2.cwd .. "/c"))
+  end)
+
+  it("does not copy the provider's own root when the workspace contains it", function()
+    local src = ph.tempdir()
+    sh(("printf k > %s/keep && mkdir %s/sub"):format(src, src))
+    -- $XDG_RUNTIME_DIR inside the workspace puts the provider's root (and so the new session) there.
+    local conn = ph.start{env_extra = {XDG_RUNTIME_DIR = src}}
+    local s = ph.open(conn, {workspace_sync = {host_path = src}})
+    assert.equals(src, ph.session_root(s):match("^(.*)/smolwf%-provider%.[^/]+/[^/]+$"))
+    local names = ph.list(s.cwd)
+    table.sort(names)
+    assert.same({"keep", "sub"}, names)
+    -- A host_path inside the root itself: the sessions there are left out too.
+    local root = ph.session_root(s):match("^(.*)/[^/]+$")
+    local s2 = ph.open(conn, {workspace_sync = {host_path = root}})
+    assert.same({}, ph.list(s2.cwd))
+  end)
+
+  it("fails closed on an unreadable file or directory, naming it", function()
+    local src = ph.tempdir()
+    sh(("chmod 755 %s && printf ok > %s/ok && printf s > %s/secret && chmod 600 %s/secret"):format(src, src, src, src))
+    local prefix = ph.IS_ROOT and ph.AS_NOBODY or nil
+    if not ph.IS_ROOT then sh("chmod 000 " .. src .. "/secret") end
+    local conn = ph.start{prefix = prefix}
+    local req = conn:call("open", ph.open_params({workspace_sync = {host_path = src}}))
+    assert.equals("permission_denied", req.error and req.error.code)
+    assert.matches("`" .. src .. "/secret` is unreadable", req.error.message, 1, true)
+    sh(("rm %s/secret && mkdir -m 700 %s/private"):format(src, src))
+    if not ph.IS_ROOT then sh("chmod 000 " .. src .. "/private") end
+    req = conn:call("open", ph.open_params({workspace_sync = {host_path = src}}))
+    assert.equals("permission_denied", req.error and req.error.code)
+    assert.matches("`" .. src .. "/private` is unreadable", req.error.message, 1, true)
+  end)
+end)
+
 describe("provider file operations", function()
   local conn, s
 

@@ -172,6 +172,28 @@ describe("provider processes", function()
     assert.equals("unknown_session", ph.exec(conn, s, {"true"}).error.code)
   end)
 
+  it("answers close only once the processes it killed are gone, its own children reaped", function()
+    -- Members that take a while to die (each frees 32 MiB it touched), so a
+    -- reply sent right after the signals would find them still there. Each
+    -- blocks opening a FIFO nobody writes, and says it is ready on its own line.
+    local hog = "x = ('x'):rep(1 << 25); print('ready'); io.stdout:flush(); io.open('fifo'):read()"
+    local req = ph.exec(conn, s, {"sh", "-c", "mkfifo fifo; for i in 1 2 3 4; do lua5.4 -e \"" .. hog
+                                   .. "\" >>ready 2>&1 & echo $!; done"})
+    local pids = {}
+    for pid in ph.unb64(req.result.stdout_base64):gmatch("%d+") do pids[#pids + 1] = pid end
+    assert.is_true(ph.poll_until(function() return select(2, (ph.read_host(s.cwd .. "/ready") or ""):gsub("ready", "")) == 4 end, 10))
+    local sp = ph.op(conn, s, "spawn", {argv = {"sh", "-c", "echo $$; exec sleep 300"}})
+    local w = ph.op(conn, s, "wait", {process_id = sp.result.process_id, timeout_ms = 300})
+    local child = ph.unb64(w.result.stdout_base64):match("%d+")
+    assert.equals(4, #pids)
+    assert.is_true(ph.alive(child))
+    assert.same({}, conn:call("close", s).result)
+    local alive = {}
+    for _, pid in ipairs(pids) do if ph.alive(pid) then alive[#alive + 1] = pid end end
+    assert.same({}, alive)
+    assert.is_false(ph.exists("/proc/" .. child), "the provider's own child is reaped, not a zombie")
+  end)
+
   it("answers a write_stdin still pending at close before the close itself", function()
     local sp = ph.op(conn, s, "spawn", {argv = {"sleep", "30"}})
     local big = ("x"):rep(1024 * 1024)   -- more than the pipe holds, and nobody reads it

@@ -147,6 +147,37 @@ describe("provider profiles", function()
     assert.equal(0, sb:exec{"true"}.exit_code)
   end)
 
+  it("checks the disk allowance under a local base too: commands killed, new ones refused", function()
+    local program = provider_with{profiles = {{name = "local/quota", limits = {disk_bytes = 1048576}}}}
+    local sb = sandbox.open{program = program, profile = "local/quota", workspace = h.tempdir()}
+    assert.equal("none", sb.capabilities.isolation)
+    local r = sh(sb, "mkdir fill; i=0; while [ $i -lt 300 ]; do " ..
+                     "head -c 100000 /dev/zero > fill/$i || exit 9; i=$((i+1)); sleep 0.01; done")
+    assert.equal("KILL", r.signal)
+    local e = h.catch(sb.exec, sb, {"true"})
+    assert.is_true(errors.is(e, "limit_exceeded"), tostring(e))
+    sb:remove("fill")
+    assert.equal(0, sb:exec{"true"}.exit_code)
+  end)
+
+  for _, base in ipairs{"bwrap", "local"} do
+    it("refuses a write_file that would pass the disk allowance (" .. base .. ")", function()
+      local name = base .. "/small-disk"
+      local program = provider_with{profiles = {{name = name, limits = {disk_bytes = 262144}}}}
+      local sb = sandbox.open{program = program, profile = name, workspace = h.tempdir()}
+      sb:write_file("a", ("x"):rep(100000))
+      local e = h.catch(sb.write_file, sb, "b", ("x"):rep(200000))
+      assert.is_true(errors.is(e, "limit_exceeded"), tostring(e))
+      assert.matches("disk cap of 262144 bytes", tostring(e), 1, true)
+      assert.is_true(errors.is(h.catch(sb.stat, sb, "b"), "not_found"), "the refused write made no file")
+      -- Rewriting a file counts what it replaces: the same size again fits.
+      sb:write_file("a", ("y"):rep(100000))
+      sb:remove("a")
+      sb:write_file("b", ("x"):rep(200000))
+      assert.equal(200000, sb:stat("b").size)
+    end)
+  end
+
   it("applies env and limits under a local base as well", function()
     local program = provider_with{profiles = {{name = "local/tight", env = {LOCAL_ENV = "yes"},
                                                limits = {open_files = 32}}}}

@@ -232,7 +232,36 @@ describe("smolwf provider serve", function()
   it("refuses an unknown subcommand with the usage", function()
     local code, err = run_cli("dance")
     assert.same(2, code)
-    assert.matches("usage: smolwf provider serve", err, 1, true)
+    assert.same("smolwf provider: unknown subcommand 'dance' (see smolwf provider --help)\n"
+      .. "usage: smolwf provider serve FILE.lua [ARGS...]", err)
+  end)
+
+  it("without a subcommand prints the usage naming serve FILE.lua, and exits 2", function()
+    local code, err = run_cli()
+    assert.same(2, code)
+    assert.same("smolwf provider: missing subcommand (see smolwf provider --help)\n"
+      .. "usage: smolwf provider serve FILE.lua [ARGS...]", err)
+    code, err = run_cli("serve")
+    assert.same(2, code)
+    assert.same("smolwf provider: serve needs FILE.lua (see smolwf provider --help)\n"
+      .. "usage: smolwf provider serve FILE.lua [ARGS...]", err)
+    code, err = run_cli("--bogus")
+    assert.same(2, code)
+    assert.same("smolwf provider: unknown option '--bogus' (see smolwf provider --help)", err)
+  end)
+
+  it("--help prints the usage, options and exit status, and exits 0", function()
+    for _, args in ipairs{{"--help"}, {"serve", "--help"}} do
+      local p = raw.start({core.exe_path(), "provider", table.unpack(args)})
+      p:close_stdin()
+      local out = {}
+      for line in function() return p:next_line() or nil end do out[#out + 1] = line end
+      local text = table.concat(out, "\n")
+      assert.same(0, (p:wait_exit()))
+      assert.matches("^usage: smolwf provider serve FILE%.lua %[ARGS%.%.%.%]\n", text)
+      assert.matches("\noptions:\n  %-%-help ", text)
+      assert.matches("\nexit status: 0 served until shutdown or end of input", text)
+    end
   end)
 end)
 

@@ -56,24 +56,34 @@ describe("smol.task", function()
 
       it("sleeps concurrently", function()
         within(function()
+          -- by order, not by time (a loaded machine stretches any time):
+          -- one after the other, a would wake before b fell asleep
+          local log = {}
+          local function sleeper(name)
+            return function()
+              log[#log + 1] = name .. " sleeps"
+              task.sleep(0.2)
+              log[#log + 1] = name .. " wakes"
+              return name
+            end
+          end
           local t0 = core.now()
-          local a = task.spawn(function() task.sleep(0.2) return "a" end)
-          local b = task.spawn(function() task.sleep(0.2) return "b" end)
+          local a, b = task.spawn(sleeper("a")), task.spawn(sleeper("b"))
           assert.same({"a", "b"}, {a:join(), b:join()})
-          local took = core.now() - t0
-          assert.is_true(took >= 0.19 and took < 0.39, "took " .. took)  -- one after the other: 0.4
+          assert.same({"a sleeps", "b sleeps", "a wakes", "b wakes"}, log)
+          assert.is_true(core.now() - t0 >= 0.19)
         end)
       end)
 
       it("runs task.all concurrently, results in order", function()
         within(function()
-          local t0 = core.now()
+          local finished = {}
           local r = task.all{
-            function() task.sleep(0.15) return 1 end,
-            function() task.sleep(0.05) return 2, "dropped" end,
-            function() return 3 end}
+            function() task.sleep(0.15) finished[#finished + 1] = 1 return 1 end,
+            function() task.sleep(0.05) finished[#finished + 1] = 2 return 2, "dropped" end,
+            function() finished[#finished + 1] = 3 return 3 end}
           assert.same({1, 2, 3}, r)
-          assert.is_true(core.now() - t0 < 0.3)
+          assert.same({3, 2, 1}, finished)   -- one after the other would finish 1, 2, 3
           assert.same({}, task.all{})
         end)
       end)

@@ -127,6 +127,41 @@ describe("smolwf test", function()
     assert.same(first, read(dir .. "/second.txt"))   -- the clock did not run again
   end)
 
+  it("--help prints its own options and where busted's are, and exits 0", function()
+    local r = run({"--help"})
+    assert.exit_code(0, r)
+    assert.same("", r.stderr)
+    assert.matches("^usage: smolwf test %[OPTIONS%] %[BUSTED OPTIONS%] %[PATHS%.%.%.%]\n", r.stdout)
+    for _, option in ipairs{"--update-golden", "--record FILE", "--replay FILE", "--help-busted"} do
+      assert.matches("\n  " .. option:gsub("%-", "%%-") .. " ", r.stdout)
+    end
+    assert.matches("PATHS are spec files or folders", r.stdout, 1, true)
+    assert.matches("\nexit status: 0 every test passed, 1 a test failed", r.stdout)
+    assert.not_matches("--exclude-pattern", r.stdout, 1, true)   -- busted's list is not mixed in
+  end)
+
+  it("--help-busted lists busted's options under a heading, and exits 0", function()
+    local r = run({"--help-busted"})
+    assert.exit_code(0, r)
+    assert.same("", r.stderr)
+    assert.matches("^busted's options, passed through by smolwf test", r.stdout)
+    assert.matches("--exclude-pattern=PATTERN", r.stdout, 1, true)
+    assert.matches("-o, --output=LIBRARY", r.stdout, 1, true)
+    assert.not_matches("smolwf test: error", r.stdout, 1, true)   -- busted calls its help an error
+    assert.not_matches("re-run with --help", r.stdout, 1, true)
+  end)
+
+  it("names a bad option in one line and exits 2 without running anything", function()
+    write(dir .. "/spec/math_spec.lua", PASSING)
+    local r = run({"--bogus"})
+    assert.exit_code(2, r)
+    assert.same("", r.stdout)
+    assert.same("smolwf test: unknown option '--bogus' (see smolwf test --help)\n", r.stderr)
+    r = run({"-o"})
+    assert.exit_code(2, r)
+    assert.same("smolwf test: option -o requires a value to be set (see smolwf test --help)\n", r.stderr)
+  end)
+
   it("refuses a --replay file that cannot be read, with status 2", function()
     write(dir .. "/spec/math_spec.lua", PASSING)
     local r, out = run({"--replay", dir .. "/missing.jsonl"})

@@ -92,6 +92,57 @@ describe("smolwf run", function()
     assert.matches("does/not/exist.lua", r.stderr)
   end)
 
+  it("reports setup errors in one line with exit 2, no traceback", function()
+    local file = h.temp_dir()
+    local f = assert(io.open(file, "w")); f:close()
+    local cases = {
+      { { "run", "/tmp" }, "cannot read /tmp: Is a directory" },
+      { { "run", "--report-dir", file .. "/sub", FIX .. "ok.lua" }, "cannot make the report directory: cannot create directory" },
+      { { "run", "--replay", "/nonexistent.jsonl", FIX .. "ok.lua" }, "%-%-replay /nonexistent%.jsonl: " },
+      { { "run", "--record", "/nonexistent/dir/x.jsonl", FIX .. "ok.lua" }, "%-%-record /nonexistent/dir/x%.jsonl: " },
+    }
+    for _, case in ipairs(cases) do
+      local r = run_cli(case[1])
+      assert.are.equal(2, r.code, table.concat(case[1], " ") .. "\n" .. r.stderr)
+      assert.matches("^smolwf run: " .. case[2], r.stderr)
+      assert.is_nil(r.stderr:find("traceback", 1, true), r.stderr)
+      assert.are.equal(1, select(2, r.stderr:gsub("\n", "")), r.stderr)
+    end
+  end)
+
+  it("names a workflow without a name by its file, and shows offending values", function()
+    local r = run_cli { "run", FIX .. "unnamed_invalid.lua" }
+    assert.are.equal(2, r.code)
+    assert.are.equal("smolwf run: invalid workflow 'unnamed_invalid': workflow: field 'jobs' must be "
+      .. "a positive integer, got 0\n", r.stderr)
+  end)
+
+  it("prints --list --json and --dry-run --json as JSON", function()
+    local cjson = require "cjson"
+    for _, flag in ipairs { "--list", "--dry-run" } do
+      local r = run_cli { "run", flag, "--json", FIX .. "ok.lua" }
+      assert.are.equal(0, r.code, r.stderr)
+      local doc = cjson.decode(r.stdout)
+      assert.are.equal("ok", doc.workflow)
+      assert.are.equal(flag == "--dry-run", doc.dry_run)
+      assert.are.same({ "first", "second", "other" },
+        { doc.instances[1].id, doc.instances[2].id, doc.instances[3].id })
+      assert.are.same({ "first" }, doc.instances[2].needs)
+    end
+  end)
+
+  it("says which sandbox the steps got, and tags the default report root as a cache", function()
+    local cwd = h.temp_dir()
+    assert(require("lfs").mkdir(cwd))
+    local fixture = require("lfs").currentdir() .. "/" .. FIX .. "local_one.lua"
+    local r = run_cli({ "run", "--no-progress", fixture }, { cwd = cwd })
+    assert.are.equal(0, r.code, r.stderr)
+    assert.matches("\nsandbox: local/default %(no isolation, network on%)\n", r.stdout)
+    local tag = h.read(cwd .. "/.smolwf/CACHEDIR.TAG")
+    assert.is_string(tag, "no CACHEDIR.TAG in the report root")
+    assert.are.equal("Signature: 8a477f597d28d172789f06886806bc55\n", tag:match("^[^\n]*\n"))
+  end)
+
   it("raises on reads of undefined globals in a workflow file", function()
     local r = run_cli { "run", FIX .. "undefined_global.lua" }
     assert.are.equal(1, r.code)
@@ -142,6 +193,14 @@ describe("smolwf run", function()
       assert.is_string(text)
       local report = require("cjson").decode(text)
       assert.are.equal("cancelled", report.result)
+      for _, inst in ipairs(report.instances) do
+        if inst.status == "cancelled" and inst.attempts and #inst.attempts > 0 then
+          local last = inst.attempts[#inst.attempts]
+          assert.are.equal("cancelled", last.status, inst.id)
+          assert.is_number(last.ended_at, inst.id)
+          assert.are.equal("interrupted", inst.error)
+        end
+      end
     end
   end)
 end)

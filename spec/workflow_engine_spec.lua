@@ -68,8 +68,12 @@ describe("workflow engine", function()
     assert.are.equal("failure", r.result)
     assert.are.equal(1, wf.exit_code(r))
     assert.matches("boom", find(r, "bad").error)
-    assert.are.equal("skipped: needs 'bad', which ended failed", find(r, "dep").error)
-    assert.are.equal("cancelled: step 'bad' failed", find(r, "slow").error)
+    -- The status is recorded beside the message: no "skipped:" prefix to double.
+    assert.are.equal("needs 'bad', which failed", find(r, "dep").error)
+    assert.are.equal("step 'bad' failed", find(r, "slow").error)
+    local slow_attempt = find(r, "slow").attempts[1]
+    assert.are.equal("cancelled", slow_attempt.status)
+    assert.is_number(slow_attempt.ended_at)
     assert.is_true(find(r, "slow").duration < 4)
   end)
 
@@ -125,6 +129,16 @@ describe("workflow engine", function()
     assert.are.same({ "run_started", "step_queued flaky", "step_started flaky 1",
       "step_retry flaky 2", "step_started flaky 2", "step_retry flaky 3",
       "step_started flaky 3", "step_finished flaky", "run_finished" }, obs.calls)
+  end)
+
+  it("names log files so that no id becomes a hidden file or leaves logs/", function()
+    local r = run { steps = { step("../../evil"), step("..") } }
+    for _, inst in ipairs(r.instances) do
+      for _, path in pairs(inst.logs) do
+        assert.matches("^logs/[^/.][^/]*$", path)
+      end
+    end
+    assert.are.equal("logs/___.._evil.stdout.log", find(r, "../../evil").logs.stdout)
   end)
 
   it("retries only when the predicate says so, and gives up after the attempts", function()

@@ -142,7 +142,7 @@ describe("workflow progress, live view", function()
     local block = helpers.lines(last:gsub("^\27%[%d+F\27%[J", ""))
     assert.are.equal(2, #block)   -- the step and the footer
     local line = text.strip_ansi(block[1])
-    local spinner = line:match("^(%S+) compile  %d+ms  latest line y+…$")
+    local spinner = line:match("^(%S+)  compile  %d+ms  latest line y+…$")   -- ids line up with finished lines
     assert.truthy(("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"):find(spinner, 1, true), line)
     assert.are.equal(49, utf8.len(line))
     assert.matches("1 running · 0 queued · 0/1 done", block[2])

@@ -95,6 +95,29 @@ describe("workflow event stream", function()
     assert.are.same({"run_finished", "failure", 4, 2}, {finished.type, finished.result, finished.counts.success, finished.counts.failed})
   end)
 
+  it("writes only valid UTF-8, cleaning errors and logs a command's bytes went into", function()
+    local sink = helpers.sink()
+    local obs = events.new({out = sink})
+    local dirty = "\27[31merror:\27[0m bad \255\1 ]]> <x>"
+    local inst = {id = "s\255", step = "s", status = "failed", attempts = {{}}, exit_code = 2, error = dirty}
+    obs:step_log({}, inst, dirty)
+    obs:step_retry({}, inst, 2, 0.5, dirty)
+    obs:step_finished({}, inst)
+    for _, line in ipairs(helpers.lines(sink:text())) do
+      assert.is_not_nil(utf8.len(line), line)
+      local ev = cjson.decode(line)
+      assert.are.equal("s\u{FFFD}", ev.step)
+      assert.are.equal("error: bad \u{FFFD} ]]> <x>", ev.error or ev.message)
+    end
+  end)
+
+  it("tells which sandbox a session got", function()
+    local sink = helpers.sink()
+    events.new({out = sink}):session_opened({}, {key = "workflow", profile = "auto/default", isolation = "none"})
+    local ev = cjson.decode(sink:text())
+    assert.are.same({"session_opened", {key = "workflow", profile = "auto/default", isolation = "none"}}, {ev.type, ev.session})
+  end)
+
   it("writes to stdout by default", function()
     local script = os.tmpname()
     finally(function() os.remove(script) end)

@@ -78,6 +78,38 @@ describe("workflow report.html", function()
     end
   end)
 
+  it("draws an attempt cut short by Ctrl-C as cancelled, up to the run's end", function()
+    -- What an interrupted run may record: the attempt never got its end.
+    local cut = {name = "cut", started_at = 100, ended_at = 110, result = "cancelled", instances = {
+      {id = "slow", step = "slow", status = "cancelled", started_at = 101, error = "cancelled: interrupted",
+       attempts = {{started_at = 101, status = "running"}}},
+      {id = "done", step = "done", status = "success", started_at = 100, ended_at = 102,
+       attempts = {{started_at = 100, ended_at = 102, status = "success"}}}}}
+    local svg = gantt.render(cut)
+    assert.are.equal(0, count(svg, '<rect class="running"') - 1)
+    local x, width = svg:match('<rect class="cancelled" x="([%d.]+)" y="[%d.]+" width="([%d.]+)"')
+    assert.is_not_nil(x, svg)
+    local x_end = svg:match('<text class="tick" x="([%d.]+)" y="%d+">10s</text>')
+    assert.is_true(math.abs(tonumber(x) + tonumber(width) - tonumber(x_end)) < 0.2, svg)
+    assert.truthy(svg:find("slow, attempt 1: cancelled", 1, true))
+  end)
+
+  it("keeps long ids that share a prefix apart in the timeline's labels", function()
+    local many = {name = "long", started_at = 0, ended_at = 1, instances = {}}
+    for i = 1, 40 do
+      many.instances[i] = {id = string.format("integration-tests-for-the-storage-backend[variant=%02d]", i),
+                           status = "success", attempts = {}}
+    end
+    local labels, seen = {}, {}
+    for label in gantt.render(many):gmatch('<text class="label"[^>]*>([^<]*)<title>') do
+      assert.is_true(utf8.len(label) <= 48, label)
+      assert.is_nil(seen[label], "two rows read " .. label)
+      seen[label], labels[#labels + 1] = true, label
+    end
+    assert.are.equal(40, #labels)
+    assert.matches("^integration.*….*=01%]$", labels[1])
+  end)
+
   it("has a time axis with round ticks", function()
     assert.are.equal(1, gantt.tick_step(4.8))
     assert.are.equal(0.5, gantt.tick_step(3))
@@ -97,8 +129,36 @@ describe("workflow report.html", function()
     assert.is_nil(html:find("<unused>", 1, true))
     assert.truthy(html:find("\u{FFFD}\u{FFFD} binary junk", 1, true))
     assert.truthy(html:find('<b>package</b> — skipped, -</summary>\n<div class="log"><p class="empty">this step did not run</p>', 1, true))
-    assert.truthy(html:find('<b>collect</b> — ok, 270ms</summary>\n<div class="log"><p class="empty">no output</p>', 1, true))
-    assert.truthy(html:find('<td class="st-failed">✗ failed</td><td><a href="#log-4">test[shard=2]</a></td>', 1, true))
+    assert.truthy(html:find('<b>collect</b> — ok, 270ms, 1 artifact</summary>\n<div class="log"><h3>artifacts</h3>', 1, true))
+    assert.truthy(html:find('<p class="empty">no output</p>', 1, true))
+    assert.truthy(html:find('<td class="status st-failed">✗ failed</td><td class="step"><a href="#log-4">test[shard=2]</a></td>', 1, true))
+  end)
+
+  it("lists each step's artifacts as relative links, and names the missing ones", function()
+    assert.truthy(html:find('<ul class="artifacts"><li><a href="artifacts/test-logs">artifacts/test-logs</a></li></ul>', 1, true))
+    assert.truthy(html:find('<td class="step"><a href="#log-8">collect</a><br><a class="meta" href="#log-8">1 artifact</a></td>', 1, true))
+    run.instances[8].artifacts = {"artifacts/test-logs", "artifacts/a #1?.txt", "artifacts/gone"}
+    helpers.write(dir .. "/artifacts/a #1?.txt", "x")
+    local page = report_html.render(run)
+    assert.truthy(page:find('<a href="artifacts/a%20%231%3F.txt">artifacts/a #1?.txt</a>', 1, true))
+    assert.truthy(page:find('<li class="missing">artifacts/gone (missing)</li>', 1, true))
+  end)
+
+  it("keeps status cells on one line and aligns the cells of a row on their first line", function()
+    assert.truthy(html:find(".steps td.status{white-space:nowrap}", 1, true))
+    assert.truthy(html:find("vertical-align:baseline", 1, true))
+  end)
+
+  it("names the sandbox the steps ran in, and flags one without isolation", function()
+    assert.is_nil(html:find(" · sandbox ", 1, true))      -- the engine did not say: nothing shown
+    run.sandbox = {profile = "auto/default", provider_profile = "local/unconfined", isolation = "none", network = true}
+    local page = report_html.render(run)
+    assert.truthy(page:find( ' · sandbox <span class="warn">auto/default → local/unconfined (no isolation, network on)</span>', 1, true))
+    assert.is_nil(page:find("<th>Sandbox</th>", 1, true))
+    run.instances[2].sandbox = {profile = "bwrap/strict", isolation = "namespaces", network = false}
+    page = report_html.render(run)
+    assert.truthy(page:find("<th>Sandbox</th>", 1, true))
+    assert.truthy(page:find('<td class="sandbox">bwrap/strict (isolation: namespaces, no network)</td>', 1, true))
   end)
 
   it("shows the end of a huge log and links the full file", function()

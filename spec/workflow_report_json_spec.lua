@@ -86,6 +86,32 @@ describe("workflow report.json", function()
     assert.are.same({"-O2", "-g"}, got.instances[1].matrix.opts)
   end)
 
+  it("writes only valid UTF-8, cleaning the error a command's stderr went into", function()
+    local dirty = "\27[31merror:\27[0m bad \255\1 ]]> <x>"
+    local attempt = {started_at = 1, ended_at = 2, status = "failed", exit_code = 2, error = dirty}
+    report_json.write({name = "n\255", report_dir = dir, params = {["k\254"] = "v\255"}, instances = {
+      {id = "s\255", step = "s", status = "failed", attempts = {attempt}, error = dirty,
+       matrix = {os = "\192"}, artifacts = {"artifacts/\255"}}}})
+    local raw_text = helpers.read(dir .. "/report.json")
+    assert.is_not_nil(utf8.len(raw_text), raw_text)
+    local got = cjson.decode(raw_text)
+    local inst = got.instances[1]
+    assert.are.equal("error: bad \u{FFFD} ]]> <x>", inst.error)
+    assert.are.equal("error: bad \u{FFFD} ]]> <x>", inst.attempts[1].error)
+    assert.are.same({"n\u{FFFD}", "s\u{FFFD}", {["k\u{FFFD}"] = "v\u{FFFD}"}, {os = "\u{FFFD}"}},
+      {got.name, inst.id, got.params, inst.matrix})
+  end)
+
+  it("names the sandbox session the run and each step got, null until the engine says", function()
+    assert.are.same({cjson.null, cjson.null}, {report.sandbox, report.instances[1].sandbox})
+    local sb = {profile = "auto/default", isolation = "none", network = true}
+    report_json.write({name = "s", report_dir = dir, sandbox = sb, instances = {
+      {id = "a", step = "a", status = "success", attempts = {}, sandbox = sb}}})
+    local got = cjson.decode(helpers.read(dir .. "/report.json"))
+    assert.are.same(sb, got.sandbox)
+    assert.are.same(sb, got.instances[1].sandbox)
+  end)
+
   it("creates a missing report directory", function()
     local run = {name = "x", report_dir = dir .. "/a/b/c", instances = {}}
     report_json.write(run)

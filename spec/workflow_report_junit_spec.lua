@@ -110,6 +110,21 @@ describe_parsed("workflow junit.xml", function()
     assert.are.equal(0, #by_name.deps.children)
   end)
 
+  it("does not repeat the status the engine put before the message", function()
+    local run = {name = "cut", started_at = 1, ended_at = 2, report_dir = dir, instances = {
+      {id = "c", step = "c", status = "cancelled", attempts = {{}}, error = "cancelled: interrupted"},
+      {id = "s", step = "s", status = "skipped", attempts = {}, error = "skipped: needs 'build' failed"},
+      {id = "f", step = "f", status = "failed", attempts = {{}}, error = "failed: exit 2"}}}
+    local doc = parse(report_junit.render(run))
+    local cases = {}
+    for _, c in ipairs(child(doc, "testsuite").children) do
+      if c.tag == "testcase" then cases[c.attr.name] = c end
+    end
+    assert.are.equal("cancelled: interrupted", child(cases.c, "skipped").attr.message)
+    assert.are.equal("skipped: needs 'build' failed", child(cases.s, "skipped").attr.message)
+    assert.are.equal("exit 2", child(cases.f, "failure").attr.message)
+  end)
+
   it("stays well-formed with hostile ids, errors and output", function()
     local hostile = {id = 'a<b>&"c\'', step = "x]]>", status = "failed", duration = 1,
                      attempts = {{}}, error = "bad \xff\xfe bytes\0 and \27[31mcolour\27[0m\n<tag>",

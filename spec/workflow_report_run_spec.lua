@@ -61,6 +61,19 @@ describe("workflow reports of a real run", function()
     assert.matches("exit code 3", report.instances[3].error)
   end)
 
+  it("writes only valid UTF-8 in report.json and the event stream, whatever bytes a command wrote", function()
+    local raw = helpers.read(dir .. "/report/report.json")
+    assert.is_not_nil(utf8.len(raw), "report.json is not valid UTF-8")
+    for i, line in ipairs(helpers.lines(stdout)) do
+      assert.is_not_nil(utf8.len(line), "event line " .. i .. " is not valid UTF-8: " .. line)
+    end
+    local broken = report.instances[3]
+    assert.matches("error: bad \u{FFFD} ]]> <x>", broken.error, 1, true)
+    assert.is_nil(broken.error:find("[\1\27]"))
+    local finished = find_event(function(e) return e.type == "step_finished" and e.step == "broken" end)
+    assert.matches("error: bad \u{FFFD} ]]> <x>", finished.error, 1, true)
+  end)
+
   it("keeps every step's output in its log files", function()
     local hello = report.instances[1]
     assert.are.equal("hi\n", helpers.read(dir .. "/report/" .. hello.logs.stdout))
@@ -74,7 +87,7 @@ describe("workflow reports of a real run", function()
   it("writes junit.xml with the failure's stderr, valid against the XSD", function()
     local xml = helpers.read(dir .. "/report/junit.xml")
     assert.truthy(xml:find('tests="4" failures="1" errors="0" skipped="1"', 1, true))
-    assert.truthy(xml:find("last 50 lines of stderr (logs/broken.stderr.log) ---\nboom</failure>", 1, true))
+    assert.truthy(xml:find("last 50 lines of stderr (logs/broken.stderr.log) ---\nboom\nerror: bad \u{FFFD} ]]&gt; &lt;x&gt;</failure>", 1, true))
     if not helpers.which("xmllint") then pending("xmllint not installed (apt-get install libxml2-utils)"); return end
     local p = io.popen(string.format("xmllint --noout --schema %q %q 2>&1", fixtures .. "junit.xsd", dir .. "/report/junit.xml"))
     local out = p:read("a")

@@ -60,6 +60,9 @@ describe("workflow text helpers", function()
   end)
 end)
 
+-- Not cut to any width (the default fits the terminal when stdout is one).
+local PLAIN = {width = false}
+
 describe("workflow summary", function()
   local dir
   before_each(function() dir = helpers.tmpdir() end)
@@ -67,7 +70,7 @@ describe("workflow summary", function()
 
   it("has one row per instance with mark, status, duration, attempts, exit code and note", function()
     local run = workflow_run.play(dir, {})
-    local lines = helpers.lines(summary.render(run))
+    local lines = helpers.lines(summary.render(run, PLAIN))
     assert.matches("STEP%s+STATUS%s+TIME%s+TRIES%s+EXIT%s+NOTE", lines[1])
     assert.matches("^✓  deps%s+ok%s+390ms%s+1%s+0$", lines[2])
     assert.matches("^✓  build%s+ok%s+1%.9s%s+2%s+0$", lines[3])
@@ -79,19 +82,19 @@ describe("workflow summary", function()
 
   it("ends with the result, counts and the report directory", function()
     local run = workflow_run.play(dir, {})
-    local out = summary.render(run)
+    local out = summary.render(run, PLAIN)
     assert.truthy(out:find("ci failure in 4.8s — 8 steps: 4 ok, 2 failed, 1 timed out, 1 skipped\n", 1, true))
     assert.truthy(out:find("report: " .. dir .. "\n", 1, true))
   end)
 
   it("shows only the first line of a multi-line error", function()
-    local out = summary.render(workflow_run.play(dir, {}))
+    local out = summary.render(workflow_run.play(dir, {}), PLAIN)
     assert.is_nil(out:find("last stderr", 1, true))
   end)
 
   it("colours only when asked", function()
     local run = workflow_run.play(dir, {})
-    assert.is_nil(summary.render(run):find("\27", 1, true))
+    assert.is_nil(summary.render(run, PLAIN):find("\27", 1, true))
     local coloured = summary.render(run, {color = true})
     assert.truthy(coloured:find("\27[31m✗\27[0m", 1, true))
     assert.truthy(coloured:find("\27[32m✓\27[0m", 1, true))
@@ -106,8 +109,43 @@ describe("workflow summary", function()
     end
   end)
 
+  it("fits a 50-column terminal: every column stays, long notes wrap in the note column", function()
+    local run = workflow_run.play(dir, {})
+    local lines = helpers.lines(summary.render(run, {width = 50}))
+    for _, line in ipairs(lines) do
+      if not line:find("^report:") then assert.is_true(utf8.len(line) <= 50, line) end
+    end
+    -- 47 columns before the note: notes go on their own lines, under the step.
+    assert.matches("STEP%s+STATUS%s+TIME%s+TRIES%s+EXIT$", lines[1])
+    assert.matches("^✗  test%[shard=2%]%s+failed%s+880ms%s+1%s+2$", lines[5])
+    assert.are.equal("   sh: make test SHARD=2 exited with 2", lines[6])
+    -- With room beside the columns, a long note wraps in its own column.
+    local wide = helpers.lines(summary.render(run, {width = 70}))
+    local note_col = utf8.len(wide[1]:match("^(.-)NOTE$"))
+    assert.matches("^✗  test%[shard=2%]%s+failed%s+880ms%s+1%s+2  sh: make test SHARD=2$", wide[5])
+    assert.are.equal(string.rep(" ", note_col) .. "exited with 2", wide[6])
+    for _, line in ipairs(wide) do
+      if not line:find("^report:") then assert.is_true(utf8.len(line) <= 70, line) end
+    end
+    assert.truthy(summary.render(run, {width = 50}):find("ci failure in 4.8s — 8 steps: 4 ok, 2 failed, 1\ntimed out, 1 skipped\n", 1, true))
+  end)
+
+  it("cuts long ids in the middle and puts notes below when the columns leave no room", function()
+    local long = {id = "integration-tests[os=debian-12,arch=arm64,db=postgres]", step = "t", status = "failed",
+                  duration = 1, attempts = {{}}, exit_code = 2, error = "sh: run-tests exited with 2"}
+    local lines = helpers.lines(summary.render({name = "w", result = "failure", instances = {long}}, {width = 50}))
+    for _, line in ipairs(lines) do assert.is_true(utf8.len(line) <= 50, line) end
+    assert.matches("^✗  integrati…=postgres%]  failed  1%.0s      1     2$", lines[2])
+    assert.are.equal("   sh: run-tests exited with 2", lines[3])
+  end)
+
+  it("says 1 step, not 1 steps", function()
+    local one = {id = "a", step = "a", status = "success", duration = 1, attempts = {{}}}
+    assert.truthy(summary.render({name = "w", result = "success", instances = {one}}, PLAIN):find("— 1 step: 1 ok", 1, true))
+  end)
+
   it("renders an empty run", function()
-    local out = summary.render({name = "empty", result = "success", instances = {}})
+    local out = summary.render({name = "empty", result = "success", instances = {}}, PLAIN)
     assert.truthy(out:find("empty success in - — 0 steps: \n", 1, true))
   end)
 end)

@@ -225,6 +225,116 @@ describe("workflow steps in a sandbox", function()
     assert.are.equal(3, peak)
   end)
 
+  it("saves symlinks as what they point to inside the sandbox, and keeps file modes", function()
+    local report = h.temp_dir()
+    local r = run({ steps = {
+      { name = "a", run = function(ctx)
+        ctx:sh("mkdir -p out/d && echo top > out/d/f && printf '#!/bin/sh\\n' > out/tool"
+          .. " && chmod 755 out/tool && chmod 600 out/d/f && ln -s d out/dirlink && ln -s d/f out/filelink")
+        ctx:save_artifact("out")
+        ctx:save_artifact("out/filelink", "top_link")
+      end },
+    } }, { report_dir = report })
+    assert.are.equal("success", r.result, r.instances[1].error)
+    local base = report .. "/artifacts/a/"
+    assert.are.equal("top\n", h.read(base .. "out/dirlink/f"))
+    assert.are.equal("top\n", h.read(base .. "out/filelink"))
+    assert.are.equal("top\n", h.read(base .. "top_link"))
+    local lfs = require "lfs"
+    assert.are.equal("rwxr-xr-x", lfs.attributes(base .. "out/tool", "permissions"))
+    assert.are.equal("rw-------", lfs.attributes(base .. "out/d/f", "permissions"))
+    assert.are.same({ "artifacts/a/out", "artifacts/a/top_link" }, r.instances[1].artifacts)
+  end)
+
+  it("fails a save loudly on a link out of the sandbox, listing and leaving nothing", function()
+    local report = h.temp_dir()
+    local r = run({ steps = {
+      { name = "a", run = function(ctx)
+        ctx:sh("mkdir -p out && echo x > out/kept && ln -s /etc/passwd out/escape")
+        ctx:save_artifact("out")
+      end },
+    } }, { report_dir = report })
+    local inst = r.instances[1]
+    assert.are.equal("failed", inst.status)
+    assert.matches('save_artifact%("out"%) failed: symlink `out/escape` points outside the sandbox', inst.error)
+    assert.are.same({}, inst.artifacts)
+    local lfs = require "lfs"
+    assert.is_nil(lfs.attributes(report .. "/artifacts/a"), "no empty folder after a failed save")
+    assert.is_nil(lfs.attributes(report .. "/artifacts"))
+  end)
+
+  it("records the profile, isolation and network each session really got", function()
+    local seen = {}
+    local obs = { session_opened = function(_, _, info) seen[#seen + 1] = info.key end }
+    local r = run({ steps = {
+      { name = "a", run = function(ctx) ctx:exec { "true" } end },
+      { name = "b", sandbox = SANDBOX, run = function(ctx) ctx:exec { "true" } end },
+    } }, { observers = { obs } })
+    assert.are.equal("success", r.result)
+    assert.are.same({ profile = PROFILE, provider_profile = PROFILE, isolation = "none",
+      network = true, key = "workflow", program = r.sandbox.program }, r.sandbox)
+    assert.are.equal("none", h.find(r, "a").sandbox.isolation)
+    assert.are.equal(PROFILE, h.find(r, "b").sandbox.profile)
+    assert.are.equal(2, #r.sessions)
+    table.sort(seen)
+    assert.are.same({ "step:b", "workflow" }, seen)
+    local cli = require "smol.cli.run"
+    assert.are.equal("local/default (no isolation, network on)", cli.describe_sandbox(r.sandbox))
+  end)
+
+  it("reports ctx:exec misuse at the step's own line", function()
+    local line
+    local r = run({ steps = {
+      { name = "empty", run = function(ctx) line = debug.getinfo(1, "l").currentline; ctx:exec {} end },
+      { name = "number", run = function(ctx) ctx:exec { "echo", 5 } end },
+      { name = "file", run = function(ctx) ctx:read_file(42) end },
+    } }, { keep_going = true })
+    assert.matches("workflow_sandbox_spec%.lua:" .. line .. ": sandbox: exec: argv is empty",
+      h.find(r, "empty").error)
+    assert.matches("workflow_sandbox_spec%.lua:%d+: sandbox: exec: argv%[2%] must be a string",
+      h.find(r, "number").error)
+    assert.matches("^[^\n]*workflow_sandbox_spec%.lua:%d+: ", h.find(r, "file").error)
+  end)
+
+  it("keeps the live line of a huge output short, and the last line of each chunk", function()
+    local lines = {}
+    local obs = { step_output = function(_, _, inst) lines[#lines + 1] = inst.last_line end }
+    local r = run({ steps = { { name = "a", run = function(ctx)
+      ctx:sh("head -c 300000 /dev/zero | tr '\\0' 'x'; printf '\\nlast one\\r\\n\\n'", { capture = false })
+    end } } }, { observers = { obs } })
+    assert.are.equal("success", r.result)
+    assert.are.equal("last one", r.instances[1].last_line)
+    for _, l in ipairs(lines) do assert.is_true(#l <= 1024, "live line of " .. #l .. " bytes") end
+  end)
+
+  it("names the exit code, not the command, in the retry note", function()
+    local notes = {}
+    local obs = { step_retry = function(_, _, _, _, _, err) notes[#notes + 1] = err end }
+    run({ steps = { { name = "a", retry = { attempts = 2 }, run = function(ctx)
+      ctx:sh("echo some long command line; exit 75")
+    end } } }, { observers = { obs } })
+    assert.are.same({ "exit code 75" }, notes)
+  end)
+
+  it("records no exit code for a step whose provider died", function()
+    local pidfile = h.temp_dir()
+    local r = run { steps = { { name = "a", run = function(ctx)
+      ctx:sh("true")
+      local conn = ctx:session()._conn
+      task.spawn(function()
+        h.read_pid(pidfile, 5)
+        conn.proc:kill("KILL")
+      end)
+      ctx:sh("echo $$ > " .. pidfile .. "; exec sleep 5")
+    end } } }
+    local inst = r.instances[1]
+    assert.are.equal("failed", inst.status)
+    assert.is_nil(inst.exit_code)
+    assert.is_nil(inst.attempts[1].exit_code)
+    local pid = h.read_pid(pidfile, 0)
+    if pid and h.alive(pid) then os.execute("kill -KILL " .. pid) end
+  end)
+
   it("works when called from inside a task", function()
     local r = task.spawn(function()
       return run { steps = { { name = "a", run = function(ctx) return ctx:sh("echo hi").stdout end } } }

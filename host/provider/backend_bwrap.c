@@ -55,8 +55,6 @@ typedef struct bwrap_state {
   int bwrap_pidfd;
   uv_poll_t events_watch;
   bool watching;
-  uv_timer_t disk_timer;   /* measures the session while commands run (disk_cap.h) */
-  bool over_disk_cap;      /* commands were killed for it: refuse new ones until back under */
   unsigned handles_open;   /* uv handles not closed yet: the state is freed after the last */
   bool broken;             /* the helper is gone: no more commands */
   uint64_t next_tag;
@@ -154,46 +152,6 @@ static void helper_lost(bwrap_state *st) {
   }
 }
 
-/* ====================================================== the disk allowance */
-
-static bool has_disk_cap(const session *s) {
-  return s->profile->limits.disk_bytes > 0;
-}
-
-/* Over the allowance: every running command of the session is killed (disk_cap.h). */
-static void check_disk(session *s, bwrap_state *st) {
-  uint64_t used;
-  if (!disk_cap_exceeded(s, &used)) return;
-  if (!st->over_disk_cap)
-    fprintf(stderr, "smolwf-provider: session %s uses %llu bytes, over its disk cap of %llu: "
-            "killing its commands\n", s->id, (unsigned long long)used,
-            (unsigned long long)s->profile->limits.disk_bytes);
-  st->over_disk_cap = true;
-  for (size_t i = 0; i < st->nrunning; i++) kill(-st->running[i].p->pid, SIGKILL);
-}
-
-static void on_disk_timer(uv_timer_t *t) {
-  session *s = t->data;
-  check_disk(s, s->backend_data);
-}
-
-/* Measures while commands run; called whenever the set of running commands changes. */
-static void update_disk_timer(session *s, bwrap_state *st) {
-  if (!has_disk_cap(s)) return;
-  if (st->nrunning > 0 && !uv_is_active((uv_handle_t *)&st->disk_timer))
-    uv_timer_start(&st->disk_timer, on_disk_timer, DISK_CHECK_MS, DISK_CHECK_MS);
-  else if (st->nrunning == 0)
-    uv_timer_stop(&st->disk_timer);
-}
-
-/* A new command may start unless the session is (still) over its allowance. */
-static int disk_allows_start(session *s, bwrap_state *st) {
-  uint64_t used;
-  if (!st->over_disk_cap) return 0;
-  st->over_disk_cap = disk_cap_exceeded(s, &used);
-  return st->over_disk_cap ? -EDQUOT : 0;
-}
-
 static void on_events(uv_poll_t *h, int status, int events) {
   (void)status; (void)events;
   session *s = h->data;
@@ -208,8 +166,7 @@ static void on_events(uv_poll_t *h, int status, int events) {
     proc *p = untrack(st, r.tag);
     if (p) proc_exited(p, r.value);
   }
-  if (has_disk_cap(s) && !st->broken) check_disk(s, st);
-  update_disk_timer(s, st);
+  disk_watch_changed(s, !st->broken);   /* measures now, after exits (disk_cap.h) */
 }
 
 static void release_fds(bwrap_state *st);
@@ -374,16 +331,12 @@ static int check_binds(const profile *p, const char **code, char *msg, size_t ms
 
 static void bwrap_close(session *s);
 
-/* The loop's handles: exits from the helper, and the disk check. Their data is the session. */
+/* The loop's handle for exits from the helper. Its data is the session. */
 static void watch_sandbox(session *s, bwrap_state *st) {
   uv_poll_init(s->loop, &st->events_watch, st->events_fd);
   st->events_watch.data = s;
   uv_poll_start(&st->events_watch, UV_READABLE, on_events);
   st->watching = true;
-  st->handles_open++;
-  if (!has_disk_cap(s)) return;
-  uv_timer_init(s->loop, &st->disk_timer);
-  st->disk_timer.data = s;
   st->handles_open++;
 }
 
@@ -491,7 +444,7 @@ static int channel_broken(bwrap_state *st, int err) {
 static int bwrap_start(session *s, proc *p, const spawn_spec *spec) {
   bwrap_state *st = s->backend_data;
   if (st->broken) return -EPIPE;
-  int allowed = disk_allows_start(s, st);
+  int allowed = disk_watch_allows_start(s);
   if (allowed < 0) return allowed;
   uint64_t tag = ++st->next_tag;
   int rc = send_start(st, spec, tag);
@@ -509,7 +462,7 @@ static int bwrap_start(session *s, proc *p, const spawn_spec *spec) {
   if (pid <= 0) return -ESRCH;
   p->pid = pid;
   track(st, tag, p);
-  update_disk_timer(s, st);
+  disk_watch_changed(s, false);
   return 0;
 }
 
@@ -543,10 +496,6 @@ static void bwrap_close(session *s) {
   stop_watching(st);
   st->events_watch.data = st;
   uv_close((uv_handle_t *)&st->events_watch, free_state);
-  if (st->disk_timer.loop) {
-    st->disk_timer.data = st;
-    uv_close((uv_handle_t *)&st->disk_timer, free_state);
-  }
 }
 
 const backend_ops backend_bwrap = {

@@ -3,6 +3,8 @@
 ** the session's private directory (local/default, and auto/default where
 ** bubblewrap cannot run). Commands see host paths.
 **
+** A profile's disk allowance is checked as in bubblewrap sessions (disk_cap.h).
+**
 ** Exits are watched with a pidfd per child polled by the loop (Linux 5.3+):
 ** no SIGCHLD handler, so nothing else in the provider can reap our
 ** children by accident, and a child is reaped even after its session is
@@ -11,6 +13,8 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -18,6 +22,8 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "disk_cap.h"
+#include "group_wait.h"
 #include "process.h"
 #include "session.h"
 
@@ -26,6 +32,7 @@ typedef struct child_watch {
   int pidfd;
   pid_t pid;
   proc *p;                     /* NULL once the session was closed: only reap */
+  bool reaped;                 /* reaped by local_close: the pid may name another process now */
   struct child_watch *next;    /* in the session's list */
 } child_watch;
 
@@ -61,16 +68,18 @@ static void free_watch(uv_handle_t *h) {
 static void on_child_ready(uv_poll_t *h, int status, int events) {
   (void)status; (void)events;
   child_watch *w = (child_watch *)h;
-  int wstatus;
-  pid_t rc = waitpid(w->pid, &wstatus, WNOHANG);
+  int wstatus = 0;
+  pid_t rc = w->reaped ? w->pid : waitpid(w->pid, &wstatus, WNOHANG);
   if (rc == 0 || (rc < 0 && errno == EINTR)) return;   /* not yet: poll again */
   if (rc < 0) wstatus = 0;   /* cannot happen for our own child; report a plain exit */
   uv_poll_stop(h);
   uv_close((uv_handle_t *)h, free_watch);
   proc *p = w->p;
   if (!p) return;
-  unlink_watch(p->session, w);
+  session *s = p->session;   /* p may be forgotten by proc_exited */
+  unlink_watch(s, w);
   proc_exited(p, wstatus);
+  disk_watch_changed(s, true);
 }
 
 /* Drops groups that no longer exist, so a long session does not grow its list. */
@@ -98,6 +107,8 @@ static int watch_child(session *s, proc *p, pid_t pid) {
 }
 
 static int local_start(session *s, proc *p, const spawn_spec *spec) {
+  int allowed = disk_watch_allows_start(s);
+  if (allowed < 0) return allowed;
   pid_t pid = spawn_start(spec);
   if (pid < 0) return pid;
   int rc = watch_child(s, p, pid);
@@ -109,6 +120,7 @@ static int local_start(session *s, proc *p, const spawn_spec *spec) {
   p->pid = pid;
   prune_groups(s);
   session_add_group(s, pid);
+  disk_watch_changed(s, false);
   return 0;
 }
 
@@ -118,15 +130,27 @@ static int local_signal(session *s, proc *p, int signo) {
   return -errno;
 }
 
+/* SIGKILL is not instant: a dying process may hold its files and pipes for a moment. */
+#define CLOSE_WAIT_MS 1000
+
 /*
 ** Kills every group the session ever started (grandchildren left behind
-** by an exited command included); watchers stay to reap, without the proc.
+** by an exited command included) and returns once they are gone (or
+** CLOSE_WAIT_MS passed), with our own children reaped, so that `close`
+** answers only when nothing of the session runs. The watchers stay to
+** close their pidfds (their waitpid then finds nothing), without the proc.
 */
 static void local_close(session *s) {
   for (size_t i = 0; i < s->ngroups; i++) kill(-s->groups[i], SIGKILL);
+  size_t left = groups_await_gone(s->groups, s->ngroups, CLOSE_WAIT_MS);
+  if (left) fprintf(stderr, "smolwf-provider: session %s: %zu killed processes still running after %d ms\n",
+                    s->id, left, CLOSE_WAIT_MS);
   local_state *st = s->backend_data;
   if (!st) return;
-  for (child_watch *w = st->children; w; w = w->next) w->p = NULL;
+  for (child_watch *w = st->children; w; w = w->next) {
+    w->p = NULL;
+    if (waitpid(w->pid, NULL, WNOHANG) == w->pid) w->reaped = true;
+  }
   free(st);
   s->backend_data = NULL;
 }

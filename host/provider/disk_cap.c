@@ -7,11 +7,16 @@
 #include "disk_cap.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "process.h"
 #include "session.h"
 
 /* Deeper trees are still counted down to here; past it directories count as themselves only. */
@@ -76,4 +81,78 @@ bool disk_cap_exceeded(const session *s, uint64_t *used) {
   uint64_t cap = s->profile->limits.disk_bytes;
   *used = cap ? disk_usage(s, cap) : 0;
   return cap && *used > cap;
+}
+
+/* ===== the disk watch ===== */
+
+typedef struct disk_watch {
+  uv_timer_t timer;           /* data: the session; runs while commands run */
+  bool over;                  /* commands were killed for it: refuse new ones until back under */
+} disk_watch;
+
+void disk_watch_open(session *s) {
+  if (!s->profile->limits.disk_bytes || s->disk) return;
+  s->disk = calloc(1, sizeof *s->disk);
+  uv_timer_init(s->loop, &s->disk->timer);
+  s->disk->timer.data = s;
+}
+
+static bool any_running(const session *s) {
+  for (const proc *p = s->procs; p; p = p->next)
+    if (!p->exited && p->pid > 0) return true;
+  return false;
+}
+
+/* Over the allowance: every running command of the session is killed. */
+static void check(session *s) {
+  uint64_t used;
+  if (!disk_cap_exceeded(s, &used)) return;
+  if (!s->disk->over)
+    fprintf(stderr, "smolwf-provider: session %s uses %llu bytes, over its disk cap of %llu: "
+            "killing its commands\n", s->id, (unsigned long long)used,
+            (unsigned long long)s->profile->limits.disk_bytes);
+  s->disk->over = true;
+  for (proc *p = s->procs; p; p = p->next)
+    if (!p->exited && p->pid > 0) s->backend->signal(s, p, SIGKILL);
+}
+
+static void on_timer(uv_timer_t *t) {
+  check(t->data);
+}
+
+void disk_watch_changed(session *s, bool exited) {
+  disk_watch *w = s->disk;
+  if (!w) return;
+  if (exited) check(s);
+  bool running = any_running(s);
+  if (running && !uv_is_active((uv_handle_t *)&w->timer))
+    uv_timer_start(&w->timer, on_timer, DISK_CHECK_MS, DISK_CHECK_MS);
+  else if (!running)
+    uv_timer_stop(&w->timer);
+}
+
+int disk_watch_allows_start(session *s) {
+  uint64_t used;
+  if (!s->disk || !s->disk->over) return 0;
+  s->disk->over = disk_cap_exceeded(s, &used);
+  return s->disk->over ? -EDQUOT : 0;
+}
+
+bool disk_watch_allows_write(const session *s, uint64_t adding, uint64_t replacing, uint64_t *used, uint64_t *cap) {
+  *cap = s->profile->limits.disk_bytes;
+  if (!*cap) return true;
+  /* Counting stops a little past the cap: enough to tell, without walking a huge tree. */
+  *used = disk_usage(s, *cap + replacing);
+  uint64_t after = (*used > replacing ? *used - replacing : 0) + adding;
+  return after <= *cap;
+}
+
+static void free_watch(uv_handle_t *h) {
+  free(h);   /* the timer is the watch's first member */
+}
+
+void disk_watch_close(session *s) {
+  if (!s->disk) return;
+  uv_close((uv_handle_t *)&s->disk->timer, free_watch);
+  s->disk = NULL;
 }

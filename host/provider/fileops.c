@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "disk_cap.h"
 #include "methods.h"
 #include "paths.h"
 #include "workspace.h"
@@ -90,6 +91,30 @@ static int open_for_write(const resolved *p, bool append, bool has_mode, mode_t 
   return path_open(p, O_WRONLY | (append ? O_APPEND : O_TRUNC), 0);
 }
 
+/* The allocated bytes of the file a truncating write replaces (0 when there is none). */
+static uint64_t replaced_bytes(const resolved *p, bool append) {
+  if (append) return 0;
+  int fd = path_open(p, O_PATH | O_NOFOLLOW, 0);
+  struct stat st;
+  bool found = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  if (fd >= 0) close(fd);
+  return found ? (uint64_t)st.st_blocks * 512 : 0;
+}
+
+/*
+** The session's disk allowance counts the provider's own writes too: a
+** write that would take the session past it is refused before it happens
+** (commands are stopped by the periodic check instead, disk_cap.h).
+*/
+static bool disk_allows(request *r, const session *s, const resolved *p, size_t len, bool append) {
+  uint64_t used = 0, cap = 0;
+  if (disk_watch_allows_write(s, len, replaced_bytes(p, append), &used, &cap)) return true;
+  reply_error(r, "limit_exceeded", "write_file `%s`: writing %zu bytes would take the session past its disk cap "
+              "of %llu bytes (its files take %llu now; profile `%s`); remove files first", p->given, len,
+              (unsigned long long)cap, (unsigned long long)used, s->profile->name);
+  return false;
+}
+
 void method_write_file(request *r, session *s, const cJSON *params) {
   resolved p;
   if (!resolve_param(r, s, params, &p)) return;
@@ -101,6 +126,7 @@ void method_write_file(request *r, session *s, const cJSON *params) {
   if (!param_bool(params, "append", &append, &f) || !param_uint(params, "mode", &mode, &f) ||
       !param_base64(params, "content_base64", &data, &len, &f)) { reply_failure(r, &f); return; }
   if (mode != UINT64_MAX && mode > 07777) { free(data); reply_error(r, "invalid_request", "write_file: `mode` %llu is not a permission mode", (unsigned long long)mode); return; }
+  if (!disk_allows(r, s, &p, len, append)) { free(data); return; }
   int fd = open_for_write(&p, append, mode != UINT64_MAX, (mode_t)mode);
   int err = fd < 0 ? -fd : (write_all(fd, data, len) ? 0 : errno);
   if (fd >= 0) close(fd);

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "bwrap_probe.h"
+#include "disk_cap.h"
 #include "methods.h"
 #include "paths.h"
 #include "process.h"
@@ -119,6 +120,7 @@ static void unlink_session(session *s) {
 }
 
 static void session_free(session *s) {
+  disk_watch_close(s);
   if (s->workspace_fd >= 0) close(s->workspace_fd);
   if (s->tmp_fd >= 0) close(s->tmp_fd);
   if (s->root) {
@@ -243,12 +245,39 @@ static cJSON *session_object(const session *s) {
   return obj;
 }
 
+/* Adds the directory open at fd, or else the one at path, to ids. */
+static void add_skip(file_id **ids, size_t *n, int fd, const char *path) {
+  struct stat st;
+  if (fd >= 0 ? fstat(fd, &st) < 0 : !path || stat(path, &st) < 0) return;
+  *ids = realloc(*ids, (*n + 1) * sizeof **ids);
+  (*ids)[(*n)++] = (file_id){st.st_dev, st.st_ino};
+}
+
+/*
+** A workspace may contain the provider's own root (host_path "/tmp", or
+** $XDG_RUNTIME_DIR inside the workspace): copying the root would copy the
+** new session into itself until the depth limit. So the root and every
+** session's directory (the new one included, for a host_path inside the
+** root) are left out of the copy.
+*/
+static bool copy_workspace(session *s, const char *host_path, failure *f) {
+  file_id *skip = NULL;
+  size_t nskip = 0;
+  add_skip(&skip, &nskip, provider_root_fd, NULL);
+  add_skip(&skip, &nskip, -1, s->root);
+  for (session *o = sessions; o; o = o->next) add_skip(&skip, &nskip, -1, o->root);
+  bool ok = workspace_copy(host_path, s->workspace_fd, skip, nskip, f);
+  free(skip);
+  return ok;
+}
+
 static bool open_session(session *s, const cJSON *params, failure *f) {
   const cJSON *sync = NULL;
   const char *host_path = NULL;
   if (!param_object(params, "workspace_sync", &sync, f) || !param_string(sync, "host_path", true, &host_path, f))
     return false;
-  if (!workspace_copy(host_path, s->workspace_fd, f)) return false;
+  if (!copy_workspace(s, host_path, f)) return false;
+  disk_watch_open(s);
   return open_backend(s, f) && set_cwd(s, params, f);
 }
 

@@ -36,6 +36,7 @@ typedef struct session {
   struct proc *procs;       /* processes started and not yet forgotten (process.c) */
   pid_t *groups;            /* process groups ever started here: killed at close */
   size_t ngroups, groups_cap;
+  struct disk_watch *disk;  /* the checked disk allowance (disk_cap.h), NULL without one */
   bool closing;
   struct session *next;     /* in the provider's list of open sessions */
 } session;

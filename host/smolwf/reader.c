@@ -17,9 +17,10 @@ enum { READER_IDLE, READER_READING, READER_DONE, READER_CLOSING, READER_CLOSED }
 /*
 ** One read buffer for the whole host: read callbacks consume it before
 ** they return and nested loop runs are refused, so it is never shared.
-** As big as a pipe made big (F_SETPIPE_SZ, 1 MiB by default): a 64 KiB
-** output event is an ~87 KiB line, which fits whole only in a buffer
-** larger than that, and only a whole line skips the copy into the linebuf.
+** As big as the 1 MiB pipes providers make with F_SETPIPE_SZ (the bundled
+** one does): a 64 KiB output event is an ~87 KiB line, which can sit whole
+** only in a read bigger than that, and only a whole line skips the copy
+** into the linebuf (see feed_lines).
 */
 static char read_buffer[1024 * 1024];
 

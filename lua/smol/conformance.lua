@@ -11,21 +11,32 @@ one result per check. `smolwf provider-check` prints it; specs assert it.
     on_result = function(r) print(conformance.format(r)) end,
     stderr_sink = function(line) end, -- the provider's stderr (default: dropped)
     groups = {"files", "exec"},     -- only these groups (default: all)
+    open_timeout = 10,              -- seconds the first open may take
   }
   -- report.passed, report.failed, report.skipped, report.results[i] =
-  --   {group, name, status = "pass"|"fail"|"skip", expected, got}
+  --   {group, name, status = "pass"|"fail"|"skip", expected, got, blocked}
+  -- report.blocked: how many of the skipped needed a session (see below)
 
 The checks come in groups; each group gets a fresh provider process (and a
 fresh session when it needs one), so a provider that crashes in one group
 is still tested by the others. Extension groups are skipped, check by
 check, when the session does not announce their capability. The kit drives
 the event loop itself: call it outside any smol.task task.
+
+Before the groups, one session is opened (and closed) on a fresh provider.
+When that fails (an unknown profile, a refusal, no reply within
+open_timeout, the provider exiting) the report has one failure for open
+with the provider's reply, and every check that needs a session is skipped
+with `blocked = true` instead of failing one by one for the same cause.
 ]]
 local wire = require "smol.conformance.wire"
 local hostside = require "smol.conformance.hostside"
 local context = require "smol.conformance.context"
 
 local conformance = {}
+
+-- Seconds the first open may take (bwrap profiles copy the workspace).
+conformance.OPEN_TIMEOUT = 10
 
 -- Group lists, in the order they run.
 local GROUP_MODULES = {
@@ -55,6 +66,11 @@ local function check_options(opts)
     error("conformance.run: `profile` must look like PROVIDER/NAME, got "
       .. tostring(opts.profile), 3)
   end
+  local timeout = opts.open_timeout
+  if timeout ~= nil and (type(timeout) ~= "number" or timeout <= 0) then
+    error("conformance.run: `open_timeout` must be a positive number of seconds, got "
+      .. tostring(timeout), 3)
+  end
   return {provider = provider, name = name}
 end
 
@@ -77,6 +93,7 @@ local function record(report, opts, result)
   report.results[#report.results + 1] = result
   local key = ({pass = "passed", fail = "failed", skip = "skipped"})[result.status]
   report[key] = report[key] + 1
+  if result.blocked then report.blocked = report.blocked + 1 end
   if opts.on_result then opts.on_result(result) end
 end
 
@@ -90,18 +107,16 @@ function conformance.run(opts)
   local profile = check_options(opts)
   if in_task() then error("conformance.run: call it outside smol.task tasks", 2) end
   local argv = provider_argv(opts)
-  local probe, err = wire.start(argv)
-  if not probe then error(err, 2) end
-  probe:stop()
-  local report = {passed = 0, failed = 0, skipped = 0, results = {}}
+  local report = {passed = 0, failed = 0, skipped = 0, blocked = 0, results = {}}
   local ws, files = hostside.make_workspace()
   report.workspace = ws   -- removed at the end; specs check that it is gone
   local env = {
     argv = argv, profile = profile, ws_host = ws, ws_files = files,
     token = hostside.token(), stderr_sink = opts.stderr_sink,
   }
-  local ok
-  ok, err = pcall(function()
+  local ok, err = pcall(function()
+    local open_failed = context.preflight(env, opts.open_timeout or conformance.OPEN_TIMEOUT)
+    if open_failed then record(report, opts, open_failed) end
     for _, group in ipairs(conformance.groups()) do
       if selected(opts, group) then
         context.run_group(env, group, function(r) record(report, opts, r) end)
@@ -124,6 +139,12 @@ end
 function conformance.summary(report)
   local s = string.format("%d passed, %d failed", report.passed, report.failed)
   if report.skipped > 0 then s = s .. string.format(", %d skipped", report.skipped) end
+  local blocked = report.blocked or 0
+  if blocked > 0 and blocked == report.skipped then
+    s = s .. " (they need a session, and open failed)"
+  elseif blocked > 0 then
+    s = s .. string.format(" (%d of them need a session, and open failed)", blocked)
+  end
   return s
 end
 

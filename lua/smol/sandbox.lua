@@ -332,8 +332,10 @@ local function event_handler(callbacks, state)
       protocol_error(("unknown sandbox exec event type `%s`"):format(tostring(kind)))
     end
     if kind == "stdout" or kind == "stderr" then
-      -- long payloads come decoded already (see smol.jsonl's decode_split)
+      -- long payloads come decoded already (see smol.jsonl's decode_split);
+      -- the private key goes, so on_event sees a plain event table
       ev.data = ev[jsonl.PAYLOAD] or decode_b64(ev.data_base64, "sandbox exec event contained invalid base64 data")
+      ev[jsonl.PAYLOAD] = nil
     elseif kind == "started" then
       state.process_id = str(ev.process_id)
     end

@@ -44,6 +44,14 @@ stops Lua code that never yields. The retry predicate receives
 
 wf.run(def, opts) runs one and returns the run table of the contract's
 "Workflow run data model"; `smolwf run FILE` is the CLI (smol.cli.run).
+Beyond the contract: what each session really got, from its capabilities,
+{profile (asked for), provider_profile (as the provider names it, if it
+does), isolation ("namespaces", "none", "unknown"), network (bool or nil),
+program, key ("workflow" or "step:<id>")} is in run.sessions (every one),
+run.sandbox (the shared session) and inst.sandbox (the step's); observers
+may have session_opened(run, info). Messages carry no status prefix
+(inst.error = "interrupted", "needs 'build', which failed"): the status is
+beside them. The default report root (.smolwf) holds a CACHEDIR.TAG.
 ]]
 local validate = require "smol.workflow.validate"
 local plan = require "smol.workflow.plan"
@@ -96,8 +104,27 @@ local function optional(name)
 end
 wf.optional_module = optional
 
+local REPORT_ROOT = ".smolwf"
+-- The Cache Directory Tagging Specification (https://bford.info/cachedir/):
+-- backup and copy tools (the provider's workspace copy too) skip a
+-- directory holding this file, so earlier runs do not nest into later ones.
+local CACHEDIR_TAG = "Signature: 8a477f597d28d172789f06886806bc55\n"
+  .. "# This file is a cache directory tag created by smolwf (workflow reports).\n"
+  .. "# For information about cache directory tags, see https://bford.info/cachedir/\n"
+
+local function tag_report_root(root)
+  local files = require "smol.workflow.files"
+  local path = root .. "/CACHEDIR.TAG"
+  local lfs = require "lfs"
+  if lfs.attributes(path, "mode") then return end
+  files.mkdir_p(root)
+  files.write(path, CACHEDIR_TAG)
+end
+wf.tag_report_root = tag_report_root
+
 local function default_report_dir()
-  local base = ".smolwf/runs/" .. os.date("%Y%m%d-%H%M%S")
+  tag_report_root(REPORT_ROOT)
+  local base = REPORT_ROOT .. "/runs/" .. os.date("%Y%m%d-%H%M%S")
   local dir, n = base, 1
   local lfs = require "lfs"
   while lfs.attributes(dir) do n = n + 1; dir = base .. "-" .. n end
@@ -124,12 +151,19 @@ local function new_run(def, opts)
     taken[base] = true
     inst.logs = { stdout = base .. ".stdout.log", stderr = base .. ".stderr.log" }
   end
-  local report_dir = opts.report_dir or default_report_dir()
-  files.mkdir_p(report_dir)
+  local ok, report_dir = pcall(function()
+    local dir = opts.report_dir or default_report_dir()
+    files.mkdir_p(dir)
+    return dir
+  end)
+  if not ok then
+    error(setmetatable({ code = "setup", message = "cannot make the report directory: "
+      .. tostring(report_dir) }, { __tostring = function(e) return e.message end }), 0)
+  end
   return {
-    name = def.name or "workflow", started_at = core.time(), result = nil,
+    name = def.name or opts.name or "workflow", started_at = core.time(), result = nil,
     report_dir = report_dir, params = merged_params(def, opts.params),
-    jobs = opts.jobs or def.jobs or DEFAULT_JOBS, instances = instances,
+    jobs = opts.jobs or def.jobs or DEFAULT_JOBS, instances = instances, sessions = {},
   }, defs
 end
 
@@ -151,11 +185,25 @@ function wf.write_reports(run)
   end
 end
 
+-- Records what a session really got (profile, isolation, network): in
+-- run.sessions (every one, with its key: "workflow" or "step:<id>") and
+-- run.sandbox (the workflow's shared session); observers with a
+-- session_opened(run, info) method hear of it.
+local function record_session(S, run, key, info)
+  local entry = {}
+  for k, v in pairs(info) do entry[k] = v end
+  entry.key = key
+  run.sessions[#run.sessions + 1] = entry
+  if key == "workflow" then run.sandbox = entry end
+  require("smol.workflow.observe").notify(S, "session_opened", entry)
+end
+
 --[[
 Runs a workflow; returns the run table (see the contract's data model).
 opts (all optional):
   jobs        concurrency cap (overrides def.jobs)
   steps       list of step names or instance ids: run those and what they need
+  name        the run's name when the workflow has none (the CLI: the file name)
   params      table merged over def.params, as ctx.params
   keep_going  a failure does not cancel independent steps
   report_dir  default .smolwf/runs/<timestamp>
@@ -177,7 +225,10 @@ function wf.run(def, opts)
     keep_going = opts.keep_going, warn = opts.warn })
   S.defs, S.sandbox = defs, def.sandbox or {}
   S.sessions = sessions.new(opts.open or require("smol.sandbox").open)
-  S.sessions.on_open = function() runner.ensure_exit_hook("session") end
+  S.sessions.on_open = function(_, key, info)
+    runner.ensure_exit_hook("session")
+    record_session(S, run, key, info)
+  end
   S.on_abort = function()
     if opts.reports ~= false then wf.write_reports(run) end
     if opts.on_abort then opts.on_abort(run) end

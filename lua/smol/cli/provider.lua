@@ -11,12 +11,29 @@ Serves the sandbox provider protocol (JSON Lines on stdin/stdout) with the
 methods that FILE.lua returns. ARGS are passed to FILE.lua as `...`.
 A host starts providers as `PROGRAM serve`: wrap this command in a small
 script to use it as sandbox.open{program = ...}.
+
+options:
+  --help            this text
+
+exit status: 0 served until shutdown or end of input, 1 the server failed,
+2 usage error or FILE.lua did not load (or did not return a table).
 ]]
+
+local USAGE_LINE = M.usage:match("^[^\n]*\n")
 
 local function fail(message)
   io.stderr:write("smolwf provider: ", message, "\n")
   return 2
 end
+
+-- A usage error: one line saying what was wrong and where to read more;
+-- with_usage adds the usage line (for a missing or unknown subcommand).
+local function usage_error(message, with_usage)
+  local line = message .. " (see smolwf provider --help)"
+  return fail(with_usage and (line .. "\n" .. USAGE_LINE:sub(1, -2)) or line)
+end
+
+local function is_help(a) return a == "-h" or a == "--help" end
 
 --- Loads FILE.lua and returns its methods table, or nil and a message.
 function M.load_methods(file, args)
@@ -30,20 +47,26 @@ function M.load_methods(file, args)
   return methods
 end
 
-function M.main(args)
-  if args[1] == "-h" or args[1] == "--help" then
-    io.stdout:write(M.usage)
-    return 0
-  end
-  if args[1] ~= "serve" then return fail("unknown subcommand `" .. tostring(args[1]) .. "`\n" .. M.usage) end
-  local file = args[2]
-  if not file then return fail("missing FILE.lua\n" .. M.usage) end
-  local rest = table.pack(table.unpack(args, 3))
-  local methods, err = M.load_methods(file, rest)
+-- `serve FILE.lua [ARGS...]`, args[1] being FILE.lua.
+local function serve(args)
+  local file = args[1]
+  if not file then return usage_error("serve needs FILE.lua", true) end
+  if is_help(file) then io.stdout:write(M.usage); return 0 end
+  if file:sub(1, 1) == "-" then return usage_error(("unknown option '%s'"):format(file)) end
+  local methods, err = M.load_methods(file, table.pack(table.unpack(args, 2)))
   if not methods then return fail(err) end
   local ok, perr = pcall(require("smol.provider_server").serve, methods)
-  if not ok then return fail(tostring(perr)) end
+  if not ok then io.stderr:write("smolwf provider: ", tostring(perr), "\n"); return 1 end
   return 0
+end
+
+function M.main(args)
+  local sub = args[1]
+  if is_help(sub) then io.stdout:write(M.usage); return 0 end
+  if sub == "serve" then return serve(table.pack(table.unpack(args, 2))) end
+  if sub == nil then return usage_error("missing subcommand", true) end
+  if sub:sub(1, 1) == "-" then return usage_error(("unknown option '%s'"):format(sub)) end
+  return usage_error(("unknown subcommand '%s'"):format(sub), true)
 end
 
 return setmetatable(M, {__call = function(_, args) return M.main(args) end})

@@ -10,25 +10,49 @@ Runs the sandbox provider conformance suite against PROGRAM, started as
 `PROGRAM ARGS... serve` (default: the bundled smolwf-provider). Prints one
 line per check (PASS, FAIL with what was expected and what came back, or
 SKIP for an extension the session does not announce), then a summary line
-"N passed, M failed". Exits 1 when a check failed, 2 on a usage error.
+"N passed, M failed, K skipped". When PROGRAM cannot open a session with
+the profile, that is one FAIL line with its reply, and the checks that need
+a session are skipped (counted in the summary).
 
 options:
-  --profile P    the profile sent with open, "PROVIDER/NAME" (default auto/default)
-  --group NAME   run only this group of checks (repeatable); --list shows them
-  --list         list the groups and their checks, then exit
-  -q, --quiet    print only failed checks and the summary
-  -v, --verbose  also pass the provider's stderr through, prefixed
-  -h, --help     this text
+  --profile P       the profile sent with open, PROVIDER/NAME
+                    (default auto/default)
+  --open-timeout S  seconds the first open may take (default 10)
+  --group NAME      run only this group of checks (repeatable)
+  --list            list the groups and their checks, then exit
+  -q, --quiet       print only failed checks and the summary
+  -v, --verbose     also pass the provider's stderr through, prefixed
+  --help            this text
+
+exit status: 0 every check passed, 1 a check failed, 2 usage error or a
+PROGRAM that cannot start, 130 interrupted (Ctrl-C).
 ]==]
 
+-- One line: what was wrong, and where to read more.
 local function usage_error(message)
-  io.stderr:write("smolwf provider-check: ", message, "\n", M.USAGE:match("^[^\n]*\n"),
-    "(smolwf provider-check --help for more)\n")
+  io.stderr:write("smolwf provider-check: ", message, " (see smolwf provider-check --help)\n")
   return nil
 end
 
 local FLAGS = {["-q"] = "quiet", ["--quiet"] = "quiet", ["-v"] = "verbose",
   ["--verbose"] = "verbose", ["--list"] = "list", ["-h"] = "help", ["--help"] = "help"}
+
+local VALUED = {["--profile"] = true, ["--group"] = true, ["--open-timeout"] = true}
+
+-- Stores a valued option; false after printing why its value is wrong.
+local function add_valued(opts, name, value)
+  if name == "--profile" then opts.profile = value
+  elseif name == "--group" then opts.groups = opts.groups or {}; opts.groups[#opts.groups + 1] = value
+  else
+    local seconds = tonumber(value)
+    if not seconds or seconds <= 0 then
+      usage_error("--open-timeout needs a positive number of seconds, got '" .. value .. "'")
+      return false
+    end
+    opts.open_timeout = seconds
+  end
+  return true
+end
 
 -- Takes the value of an option (`--opt VALUE` or `--opt=VALUE`); returns it and the next index.
 local function option_value(args, i, inline)
@@ -46,13 +70,12 @@ function M.parse(args)
     name = name or a
     if a == "--" then i = i + 1; break
     elseif FLAGS[a] then opts[FLAGS[a]] = true; i = i + 1
-    elseif name == "--profile" or name == "--group" then
+    elseif VALUED[name] then
       local value
       value, i = option_value(args, i, inline)
       if not value or value == "" then return usage_error(name .. " needs a value") end
-      if name == "--profile" then opts.profile = value
-      else opts.groups = opts.groups or {}; opts.groups[#opts.groups + 1] = value end
-    elseif a:sub(1, 1) == "-" then return usage_error("unknown option `" .. a .. "`")
+      if not add_valued(opts, name, value) then return nil end
+    elseif a:sub(1, 1) == "-" then return usage_error("unknown option '" .. a .. "'")
     else break end
   end
   opts.program = args[i]
@@ -81,7 +104,10 @@ end
 local function run(conformance, opts)
   local ok, report = pcall(conformance.run, {
     program = opts.program, args = opts.args, profile = opts.profile, groups = opts.groups,
+    open_timeout = opts.open_timeout,
     on_result = function(r)
+      -- a check skipped because open failed: the FAIL for open and the summary say it once
+      if r.blocked then return end
       if not opts.quiet or r.status == "fail" then
         io.stdout:write(conformance.format(r), "\n")
         io.stdout:flush()

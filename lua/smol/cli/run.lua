@@ -36,6 +36,16 @@ local function usage_error(fmt, ...)
   error(setmetatable({ code = "usage", message = fmt:format(...) }, Usage), 0)
 end
 
+-- Errors before or around the run that are the user's setup, not a bug:
+-- one line, exit 2, no traceback.
+local function is_setup_error(err)
+  return type(err) == "table" and (err.code == "usage" or err.code == "setup" or wf.is_invalid(err))
+end
+
+local function setup_error(fmt, ...)
+  error(setmetatable({ code = "setup", message = fmt:format(...) }, Usage), 0)
+end
+
 local FLAGS = { ["--list"] = "list", ["--dry-run"] = "dry_run", ["--keep-going"] = "keep_going",
   ["--json"] = "json", ["--no-progress"] = "no_progress", ["--help"] = "help", ["-h"] = "help" }
 local VALUED = { ["--jobs"] = true, ["--step"] = true, ["--param"] = true,
@@ -84,10 +94,21 @@ local function add_paths(paths)
   end
 end
 
--- Keeps tables (our error values) as they are; adds a traceback to the rest.
+-- Keeps tables (our error values) as they are; adds a traceback to the
+-- rest, cut where the user's code was called from (our frames say nothing).
 local function traceback_handler(err)
   if type(err) == "table" then return err end
-  return debug.traceback(tostring(err), 2)
+  local lines = {}
+  for line in debug.traceback(tostring(err), 2):gmatch("[^\n]+") do
+    if line:find("in function 'xpcall'", 1, true) or line:find("smol/cli/run.lua", 1, true) then break end
+    lines[#lines + 1] = line
+  end
+  return table.concat(lines, "\n")
+end
+
+local function file_label(file)
+  if file == "-" then return "stdin" end
+  return (file:gsub("/+$", ""):match("([^/]+)$") or file):gsub("%.lua$", "")
 end
 
 -- Runs FILE in the workflow environment; returns what it returned, or nil
@@ -103,8 +124,10 @@ local function load_workflow(opts)
   end
   local result = table.pack(xpcall(chunk, traceback_handler, table.unpack(opts.script_args)))
   if not result[1] then
-    io.stderr:write("smolwf run: ", tostring(result[2]), "\n")
-    return nil, wf.is_invalid(result[2]) and 2 or 1
+    local err = result[2]
+    if wf.is_invalid(err) then require("smol.workflow.validate").named(err, file_label(opts.file)) end
+    io.stderr:write("smolwf run: ", tostring(err), "\n")
+    return nil, wf.is_invalid(err) and 2 or 1
   end
   return result[2]
 end
@@ -113,10 +136,32 @@ local function looks_like_workflow(v)
   return type(v) == "table" and (wf.is_workflow(v) or v.steps ~= nil)
 end
 
-local function print_dry_run(def, opts)
+local function encode_json(value)
+  return require("smol.workflow.jsontext").encode(value)
+end
+
+local function instance_json(inst)
+  local jsontext = require "smol.workflow.jsontext"
+  return { id = inst.id, step = inst.step, needs = jsontext.array(inst.needs),
+    matrix = inst.matrix and jsontext.plain(inst.matrix) or jsontext.opt(nil),
+    always = inst.always or false, continue_on_error = inst.continue_on_error or false,
+    timeout = jsontext.opt(inst.timeout) }
+end
+
+-- --list --json and --dry-run --json: one JSON document on stdout.
+local function print_plan_json(def, opts, name)
+  local jsontext = require "smol.workflow.jsontext"
+  local list = {}
+  for i, inst in ipairs(wf.instances(def, opts.steps)) do list[i] = instance_json(inst) end
+  io.stdout:write(encode_json { workflow = name, dry_run = opts.dry_run or false,
+    instances = jsontext.array(list) }, "\n")
+end
+
+local function print_dry_run(def, opts, name)
+  if opts.json then return print_plan_json(def, opts, name) end
   local instances = wf.instances(def, opts.steps)
   io.stdout:write(("workflow '%s': %d step instance%s would run, in this order:\n")
-    :format(def.name or "workflow", #instances, #instances == 1 and "" or "s"))
+    :format(name, #instances, #instances == 1 and "" or "s"))
   for i, inst in ipairs(instances) do
     local needs = #inst.needs > 0 and ("  (needs " .. table.concat(inst.needs, ", ") .. ")") or ""
     io.stdout:write(("%3d. %s%s\n"):format(i, inst.id, needs))
@@ -139,6 +184,29 @@ local function observers_for(opts)
   return list
 end
 
+-- "auto/default (no isolation, network on)": what a session really got.
+function M.describe_sandbox(info)
+  local profile = info.profile
+  if info.provider_profile and info.provider_profile ~= info.profile then
+    profile = profile .. " → " .. info.provider_profile
+  end
+  local isolation = info.isolation == "none" and "no isolation" or ("isolation: " .. info.isolation)
+  local network = info.network == true and ", network on" or info.network == false and ", no network" or ""
+  return ("%s (%s%s)"):format(profile, isolation, network)
+end
+
+-- One line naming the sandboxes the steps really ran in (a fallback to no
+-- isolation must not go unnoticed).
+local function sandbox_line(run)
+  local seen, parts = {}, {}
+  for _, info in ipairs(run.sessions or {}) do
+    local text = M.describe_sandbox(info)
+    if not seen[text] then seen[text] = true; parts[#parts + 1] = text end
+  end
+  if #parts == 0 then return nil end
+  return "sandbox: " .. table.concat(parts, "; ")
+end
+
 local function print_summary(run, opts)
   local summary = wf.optional_module("smol.workflow.summary")
   local out = opts.json and io.stderr or io.stdout
@@ -147,22 +215,35 @@ local function print_summary(run, opts)
   else
     out:write(("workflow '%s': %s; report in %s\n"):format(run.name, run.result, run.report_dir))
   end
+  local line = sandbox_line(run)
+  if line then out:write(line, "\n") end
 end
 
 local function run_workflow(def, opts)
+  local name = def.name or file_label(opts.file)
+  if opts.list and opts.json then print_plan_json(def, opts, name); return 0 end
   if opts.list then io.stdout:write(wf.tree(def), "\n"); return 0 end
-  if opts.dry_run then print_dry_run(def, opts); return 0 end
+  if opts.dry_run then print_dry_run(def, opts, name); return 0 end
   wf.instances(def, opts.steps)  -- an unknown --step is an invalid run: say so before any output
-  local run = wf.run(def, { jobs = opts.jobs, steps = opts.steps, params = opts.params,
+  local run = wf.run(def, { name = name, jobs = opts.jobs, steps = opts.steps, params = opts.params,
     keep_going = opts.keep_going, report_dir = opts.report_dir, observers = observers_for(opts),
     on_abort = function(run) print_summary(run, opts) end })
   print_summary(run, opts)
   return wf.exit_code(run)
 end
 
+-- A missing or broken recording, or a place one cannot be written, is a
+-- setup error: one line naming the file.
 local function start_recording(opts)
-  if opts.replay then require("smol.replay").install(opts.replay) end
-  if opts.record then return require("smol.record").start(opts.record) end
+  if opts.replay then
+    local ok, err = pcall(require("smol.replay").install, opts.replay)
+    if not ok then setup_error("--replay %s: %s", opts.replay, tostring(err)) end
+  end
+  if opts.record then
+    local ok, rec = pcall(require("smol.record").start, opts.record)
+    if not ok then setup_error("--record %s: %s", opts.record, tostring(rec)) end
+    return rec
+  end
 end
 
 local function main(args)
@@ -174,7 +255,11 @@ local function main(args)
   local value, status = load_workflow(opts)
   local code = status or 0
   if not status and looks_like_workflow(value) then
-    if not wf.is_workflow(value) then wf.define(value) end
+    if not wf.is_workflow(value) then
+      local ok, err = pcall(wf.define, value)
+      if not ok then error(wf.is_invalid(err) and require("smol.workflow.validate").named(err,
+        file_label(opts.file)) or err, 0) end
+    end
     code = run_workflow(value, opts)
   elseif not status and (opts.list or opts.dry_run or #opts.steps > 0) then
     usage_error("%s did not return a workflow (wf.define{...})", opts.file)
@@ -187,7 +272,7 @@ end
 function M.main(args)
   local ok, code = xpcall(main, traceback_handler, args or {})
   if ok then return code end
-  if type(code) == "table" and (code.code == "usage" or wf.is_invalid(code)) then
+  if is_setup_error(code) then
     io.stderr:write("smolwf run: ", tostring(code.message), "\n")
     return 2
   end

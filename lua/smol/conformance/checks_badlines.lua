@@ -103,14 +103,15 @@ local function keeps_serving(ctx)
     expect.reply(req) .. "; provider " .. ctx.conn:exit_status()
 end
 
+-- session = false: checks that still run when the provider cannot open a session.
 return {
   {name = "bad lines", raw_errors = true, checks = {
-    {"a line that is not JSON gets invalid_request with id null", not_json},
-    {"an id that is not a string or integer gets an error with id null", wrong_id_type},
-    {"an unknown method gets unknown_method with the request's id", unknown_method},
-    {"a request without a method gets invalid_request", missing_method},
+    {"a line that is not JSON gets invalid_request with id null", not_json, session = false},
+    {"an id that is not a string or integer gets an error with id null", wrong_id_type, session = false},
+    {"an unknown method gets unknown_method with the request's id", unknown_method, session = false},
+    {"a request without a method gets invalid_request", missing_method, session = false},
     {"missing or mistyped params get invalid_request", bad_params},
-    {"params that are not an object get invalid_request", params_not_object},
+    {"params that are not an object get invalid_request", params_not_object, session = false},
     {"blank lines are ignored", blank_lines},
     {"unknown fields are ignored", unknown_fields},
     {"after all that the provider keeps serving", keeps_serving},

@@ -4,7 +4,8 @@ session, and the helpers checks use to talk to them.
 
 A group is {name, session = false (no session opened for it), needs = CAP
 (skip unless the session announces CAP), raw_errors = true (id-null error
-replies are what it provokes), checks = {{name, fn, needs = CAP}, ...}}.
+replies are what it provokes), checks = {{name, fn, needs = CAP,
+session = false (runs even when no session can be opened)}, ...}}.
 A check's fn(ctx) returns ok, expected, got (see expect.lua), or "skip" and
 a reason; an error it raises is a failure whose `got` is the error message.
 ]]
@@ -53,10 +54,11 @@ end
 --[[
 Opens a session on conn (default: the group's) and tracks it so teardown
 closes it. Returns the request record and the session (nil on failure).
+timeout: seconds to wait for the reply (default: the connection's).
 ]]
-function context:open_session(extra, conn)
+function context:open_session(extra, conn, timeout)
   conn = conn or self.conn
-  local req = conn:call("open", self:open_params(extra))
+  local req = conn:call("open", self:open_params(extra), {timeout = timeout})
   local s = req.result
   if not expect.is_result(req) or type(s.id) ~= "string" then return req, nil end
   self.sessions[#self.sessions + 1] = {session = s, conn = conn}
@@ -119,9 +121,26 @@ end
 -- Running a group
 -- ======================================================================
 
+-- A check that cannot run because open failed (env.no_session says why): one
+-- that needs a session, or any when the provider did not answer open at all.
+local function blocked(self, check)
+  return self.env.no_session ~= nil and (check.session ~= false or not self.env.serving)
+end
+
+-- Whether any check of the group can run: all of them unless open failed.
+local function any_runnable(self)
+  if not self.env.no_session then return true end
+  if not self.env.serving then return false end
+  for _, check in ipairs(self.group.checks) do
+    if not blocked(self, check) then return true end
+  end
+  return false
+end
+
 local function setup(self)
+  if not any_runnable(self) then return end
   self.conn = self:start_provider()
-  if self.group.session == false then return end
+  if self.group.session == false or self.env.no_session then return end
   local req, session = self:open_session()
   if not session then
     return "no session for this group: open answered " .. expect.reply(req)
@@ -139,7 +158,10 @@ end
 
 local function run_check(self, check)
   local r = {group = self.group.name, name = check[1]}
-  if self.setup_error then
+  if blocked(self, check) then
+    r.status, r.blocked = "skip", true
+    r.got = "needs a session, and open failed: " .. self.env.no_session
+  elseif self.setup_error then
     r.status, r.expected, r.got = "fail", "a working provider", self.setup_error
   elseif self.skip_all or (check.needs and not self:has(check.needs)) then
     r.status = "skip"
@@ -190,6 +212,38 @@ local function protocol_result(self)
   r.status = #problems == 0 and "pass" or "fail"
   r.got = #problems == 0 and "none" or (#problems .. ": " .. table.concat(problems, "; "))
   return r
+end
+
+-- The end of the provider's stderr, for a failure it may explain ("" when silent).
+local function stderr_note(conn)
+  local tail = conn.stderr_tail
+  if #tail == 0 then return "" end
+  local last = {}
+  for i = math.max(1, #tail - 2), #tail do last[#last + 1] = tail[i] end
+  return "; provider stderr: " .. expect.show(table.concat(last, "\n"))
+end
+
+--[[
+Before any group runs: opens one session on a fresh provider, waiting at
+most `timeout` seconds, and closes it again. Returns nil when that worked.
+Otherwise returns the one failed result that stands for every check needing
+a session, and sets env.no_session (why) and env.serving (the provider
+answered, with an error: checks that need no session still run; a provider
+that exited or never answered gets none).
+]]
+function context.preflight(env, timeout)
+  local self = setmetatable({env = env, group = {name = "session"}, conns = {}, sessions = {}}, context)
+  self.conn = self:start_provider()
+  local req, session = self:open_session(nil, nil, timeout)
+  -- read before teardown: stopping a provider that never answered fails the request
+  local reply, answered = expect.reply(req), req.done and not req.lost
+  teardown(self)
+  if session then return nil end
+  env.no_session, env.serving = reply, answered
+  local profile = env.profile.provider .. "/" .. env.profile.name
+  return {group = "session", name = "open with profile " .. profile .. " answers a session",
+    status = "fail", expected = "a session {id, capabilities}",
+    got = reply .. (answered and "" or stderr_note(self.conn))}
 end
 
 -- Runs every check of group against fresh provider(s); emit(result) per check.

@@ -51,12 +51,18 @@ function M.last_line_of(chunk, previous)
   return chunk:sub(start, stop)
 end
 
+-- Listed in inst.artifacts only once completely written (copy_out is all
+-- or nothing and raises on failure).
 local function save_artifact(S, inst, session, path, name)
   local rel = "artifacts/" .. files.safe_name(inst.id) .. "/"
     .. files.check_relative(name or files.basename(path))
   local dest = S.run.report_dir .. "/" .. rel
-  files.mkdir_p(dest:match("^(.*)/[^/]*$"))
-  files.copy_out(session, path, dest)
+  local ok, err = pcall(files.copy_out, session, path, dest)
+  if not ok then
+    -- A cancel or a timeout must stay what it is (the runner classifies it).
+    if type(err) == "table" and (err.code == "cancelled" or err.code == "timeout") then error(err, 0) end
+    error(("save_artifact(%q) failed: %s"):format(path, tostring(err)), 0)
+  end
   for _, known in ipairs(inst.artifacts) do if known == rel then return dest end end
   inst.artifacts[#inst.artifacts + 1] = rel
   return dest
@@ -68,7 +74,11 @@ local function bridge(S, inst)
   local key = def.sandbox and ("step:" .. inst.id) or "workflow"
   local spec = def.sandbox or S.sandbox
   local b = {}
-  function b.session() return S.sessions:get(key, spec) end
+  function b.session()
+    local session = S.sessions:get(key, spec)
+    inst.sandbox = inst.sandbox or S.sessions:info(key)
+    return session
+  end
   function b.output(_, stream, chunk)
     inst.last_line = M.last_line_of(chunk, inst.last_line)
     observe.notify(S, "step_output", inst, stream, chunk)
@@ -105,19 +115,41 @@ local function new_context(S, inst, n)
   })
 end
 
+-- The exit code a failure is about: the failed command's; none when the
+-- provider itself died (its own exit status says nothing about the
+-- command); else the last command's.
+local function failure_exit_code(err, inst)
+  if type(err) ~= "table" then return inst.exit_code end
+  if err.code == "provider_exited" then
+    inst.exit_code = nil
+    return nil
+  end
+  if math.type(err.exit_code) == "integer" then return err.exit_code end
+  return inst.exit_code
+end
+
 -- What the retry predicate and the report see of a failed attempt.
 local function failure_info(status, err, inst, n)
-  local raw_exit = type(err) == "table" and math.type(err.exit_code) == "integer" and err.exit_code
   return {
     status = status, attempt = n, error = err,
     message = status == "timed_out" and ("timed out after %gs"):format(inst.timeout) or tostring(err),
-    exit_code = raw_exit or inst.exit_code, timed_out = status == "timed_out",
+    exit_code = failure_exit_code(err, inst), timed_out = status == "timed_out",
     stderr = type(err) == "table" and err.stderr or nil,
   }
 end
 
+-- The message is the reason alone: the status is recorded beside it.
 local function cancelled(p)
-  return { status = "cancelled", message = "cancelled: " .. p.cancel_reason }
+  return { status = "cancelled", message = p.cancel_reason }
+end
+
+-- An attempt whose task never ended (the run was interrupted) is closed as
+-- `status`, so that no report shows it running after the run ended.
+function M.close_open_attempt(inst, status, message)
+  local record = inst.attempts[#inst.attempts]
+  if record and record.status == "running" then
+    record.status, record.ended_at, record.error = status, core.time(), message
+  end
 end
 
 local function classify(p, ok, value, inst, n)
@@ -212,6 +244,17 @@ local function should_stop(p, retry, outcome, n)
   return not wanted
 end
 
+-- Why an attempt is retried, short (the full message is in the attempt's
+-- record): "exit code 75", "timed out after 2s", or the error's first line.
+local function retry_note(outcome)
+  if outcome.status == "timed_out" then return outcome.message end
+  local err = outcome.error
+  if type(err) == "table" and err.code == "command_failed" then
+    return err.signal and ("killed by signal " .. err.signal) or ("exit code " .. tostring(err.exit_code))
+  end
+  return (outcome.message:match("^[^\n]*"))
+end
+
 function M.run_instance(S, inst)
   local p, retry = private(S, inst), S.defs[inst.id].retry or {}
   local outcome, n = p.cancel_reason and cancelled(p), 0
@@ -220,7 +263,7 @@ function M.run_instance(S, inst)
     outcome = run_attempt(S, inst, n)
     if not should_stop(p, retry, outcome, n) then
       local delay = (retry.backoff or 0) * 2 ^ (n - 1)
-      observe.notify(S, "step_retry", inst, n + 1, delay, outcome.message)
+      observe.notify(S, "step_retry", inst, n + 1, delay, retry_note(outcome))
       backoff_sleep(p, delay)
       outcome = p.cancel_reason and cancelled(p) or nil
     end

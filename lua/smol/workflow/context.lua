@@ -73,18 +73,45 @@ function Ctx:session()
   return self._bridge:session()
 end
 
+-- A position the session's argument checks may give ("sandbox.lua:381: "):
+-- it names the engine's line, not the step's.
+local ENGINE_POSITION = "^[^:\n]*smol/[%w_/]*%.lua:%d+: "
+
+-- Calls session[method]. A misuse the session reports (a string error, e.g.
+-- "argv[2] must be a string") is raised again at `level` counted from here,
+-- i.e. at the step's own line; runtime errors (tables, cancellation) pass
+-- through unchanged. `level` must not cross a tail call (they drop frames).
+local function session_call(level, session, method, ...)
+  local result = table.pack(pcall(session[method], session, ...))
+  if result[1] then return table.unpack(result, 2, result.n) end
+  local err = result[2]
+  if type(err) == "string" then
+    -- Called through pcall, the session's checks often carry no position
+    -- at all; a position in the user's own code (a callback) is kept.
+    local bare = err:gsub(ENGINE_POSITION, "", 1)
+    if not bare:find("^[^\n:]*:%d+: ") then error(bare, level) end
+  end
+  error(err, 0)
+end
+
+-- exec for ctx:exec and ctx:sh, called directly by them (see `level`).
+local function run_exec(self, opts)
+  local r = session_call(4, self:session(), "exec", with_output_hooks(opts, self._bridge))
+  self._bridge:exit_code(r.exit_code)
+  return r
+end
+
 function Ctx:exec(opts)
   check_self(self, "exec")
   if type(opts) ~= "table" then error("bad argument #1 to 'exec' (table expected, got " .. type(opts) .. ")", 2) end
-  local r = self:session():exec(with_output_hooks(opts, self._bridge))
-  self._bridge:exit_code(r.exit_code)
+  local r = run_exec(self, opts)
   return r
 end
 
 function Ctx:spawn(opts)
   check_self(self, "spawn")
   if type(opts) ~= "table" then error("bad argument #1 to 'spawn' (table expected, got " .. type(opts) .. ")", 2) end
-  local p = self:session():spawn(with_output_hooks(opts, self._bridge))
+  local p = session_call(3, self:session(), "spawn", with_output_hooks(opts, self._bridge))
   self._processes[#self._processes + 1] = p
   return p
 end
@@ -96,7 +123,7 @@ function Ctx:sh(cmd, opts)
   if type(cmd) ~= "string" then error("bad argument #1 to 'sh' (string expected, got " .. type(cmd) .. ")", 2) end
   local exec_opts = { "sh", "-c", cmd }
   for k, v in pairs(opts or {}) do exec_opts[k] = v end
-  local r = self:exec(exec_opts)
+  local r = run_exec(self, exec_opts)
   if r.exit_code ~= 0 or r.timed_out then error(M.command_failed(cmd, r), 0) end
   return r
 end
@@ -111,8 +138,8 @@ end
 for _, method in ipairs(PASSTHROUGH) do
   Ctx[method] = function(self, ...)
     check_self(self, method)
-    local session = self:session()
-    return session[method](session, ...)
+    local results = table.pack(session_call(3, self:session(), method, ...))
+    return table.unpack(results, 1, results.n)
   end
 end
 

@@ -30,8 +30,10 @@ local function read_source(path)
   local f, err = io.stdin, nil
   if path ~= "-" then f, err = io.open(path, "rb") end
   if not f then return nil, ("cannot open %s"):format(err) end
-  local src = f:read("a")
+  local src, read_err = f:read("a")
   if f ~= io.stdin then f:close() end
+  -- io.open succeeds on a directory; the read is what fails.
+  if not src then return nil, ("cannot read %s: %s"):format(path, tostring(read_err)) end
   -- A "#!" first line is not Lua; comment it out, keeping line numbers.
   if src:sub(1, 2) == "#!" then src = "--" .. src:sub(3) end
   return src

@@ -52,18 +52,24 @@ function Observer:step_output(_, inst, stream, chunk)
 end
 
 function Observer:step_log(_, inst, message)
-  self:emit{type = "step_log", step = inst.id, message = tostring(message)}
+  self:emit{type = "step_log", step = inst.id, message = jsontext.message(message)}
 end
 
 function Observer:step_retry(_, inst, attempt_no, delay, err)
   self:emit{type = "step_retry", step = inst.id, attempt = attempt_no, delay = delay,
-            error = err ~= nil and tostring(err) or nil}
+            error = err ~= nil and jsontext.message(err) or nil}
 end
 
 function Observer:step_finished(_, inst)
   self:emit{type = "step_finished", step = inst.id, status = inst.status,
             duration = inst.duration, attempts = inst.attempts and #inst.attempts or 0,
-            exit_code = inst.exit_code, error = inst.error ~= nil and tostring(inst.error) or nil}
+            exit_code = inst.exit_code, error = inst.error ~= nil and jsontext.message(inst.error) or nil}
+end
+
+-- What a sandbox session really got (profile, isolation, network), as the
+-- engine recorded it when it opened.
+function Observer:session_opened(_, info)
+  self:emit{type = "session_opened", session = jsontext.plain(info)}
 end
 
 local function count_statuses(run)

@@ -6,9 +6,12 @@ local text = require "smol.workflow.text"
 
 local M = {}
 
-local LABEL_W, CHART_W, RIGHT_PAD = 190, 760, 24
+local CHART_W, RIGHT_PAD = 760, 24
 local ROW_H, BAR_H, TOP, AXIS_H = 22, 14, 34, 26
-local X0 = LABEL_W + 10
+-- The label column fits the longest id up to MAX_LABEL characters (about
+-- CHAR_W pixels each at 12px); longer ids are cut in the middle, so ids
+-- sharing a long prefix (or suffix) still read apart.
+local MIN_LABEL, MAX_LABEL, CHAR_W = 12, 48, 7
 
 M.LEGEND = {
   {"queued", "queued"}, {"success", "ok"}, {"failed", "failed"}, {"timed_out", "timed out"},
@@ -19,8 +22,8 @@ M.LEGEND = {
 local esc = text.xml_escape
 
 -- Maps wall-clock times to x positions over [t0, t0 + span].
-local function scale(t0, span)
-  return function(t) return X0 + (t - t0) / span * CHART_W end
+local function scale(t0, span, x0)
+  return function(t) return x0 + (t - t0) / span * CHART_W end
 end
 
 --- A tick step of 1, 2 or 5 x 10^k giving at most ~8 ticks over span.
@@ -59,9 +62,25 @@ local function rect(x1, x2, y, h, class, title)
     class, x1, y, math.max(x2 - x1, 2), h, esc(title))
 end
 
-local function attempt_title(inst, i, a, t0, t_end)
+local FINAL = {success = true, failed = true, timed_out = true, cancelled = true, skipped = true}
+
+--- How attempt i of inst is drawn: its status class and end time. An
+--- attempt of a finished instance still marked running, or without a
+--- result (Ctrl-C can leave one so), was cut short: the last takes the
+--- instance's status, an earlier one that ended led to a retry (failed).
+--- One without an end ends with the instance, else the run (run_end).
+function M.attempt_outcome(inst, i, run_end)
+  local a = inst.attempts[i]
+  local t_end = a.ended_at or inst.ended_at or run_end
+  if a.status and a.status ~= "running" then return a.status, t_end end
+  if not FINAL[inst.status] then return "running", a.ended_at or run_end end
+  if i == #inst.attempts then return inst.status, t_end end
+  return a.ended_at and "failed" or "cancelled", t_end
+end
+
+local function attempt_title(inst, i, a, class, t0, t_end)
   local s = string.format("%s, attempt %d: %s, %s → %s (%s)", inst.id, i,
-    text.word(a.status or inst.status), M.tick_label(a.started_at - t0),
+    text.word(class), M.tick_label(a.started_at - t0),
     M.tick_label(t_end - t0), text.duration(t_end - a.started_at))
   if a.exit_code then s = s .. ", exit " .. a.exit_code end
   if a.error then s = s .. "\n" .. tostring(a.error) end
@@ -77,15 +96,14 @@ local function row_shapes(inst, y, x, t0, t_last)
       string.format("%s: queued for %s", inst.id, text.duration(first_start - inst.queued_at)))
   end
   for i, a in ipairs(attempts) do
-    local t_end = a.ended_at or (i == #attempts and inst.ended_at) or t_last
+    local class, t_end = M.attempt_outcome(inst, i, t_last)
     local prev = attempts[i - 1]
     if prev and prev.ended_at then
       out[#out + 1] = string.format('<line class="backoff" x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f"><title>%s</title></line>',
         x(prev.ended_at), x(a.started_at), y + BAR_H / 2, y + BAR_H / 2,
         esc(inst.id .. ": retry wait " .. text.duration(a.started_at - prev.ended_at)))
     end
-    local class = a.status or (i == #attempts and inst.status ~= "running" and inst.status) or "running"
-    out[#out + 1] = rect(x(a.started_at), x(t_end), y, BAR_H, class, attempt_title(inst, i, a, t0, t_end))
+    out[#out + 1] = rect(x(a.started_at), x(t_end), y, BAR_H, class, attempt_title(inst, i, a, class, t0, t_end))
   end
   if #attempts == 0 and inst.ended_at then
     out[#out + 1] = string.format('<circle class="%s" cx="%.1f" cy="%.1f" r="4"><title>%s</title></circle>',
@@ -95,21 +113,31 @@ local function row_shapes(inst, y, x, t0, t_last)
   return table.concat(out)
 end
 
-local function row_svg(inst, index, x, t0, t_last)
+--- The label column for these instances: how many characters of an id
+--- show, and where the chart starts (x0).
+function M.label_layout(instances)
+  local longest = MIN_LABEL
+  for _, inst in ipairs(instances) do longest = math.max(longest, utf8.len(tostring(inst.id)) or 0) end
+  local chars = math.min(longest, MAX_LABEL)
+  local label_w = chars * CHAR_W + 8
+  return {chars = chars, label_w = label_w, x0 = label_w + 10}
+end
+
+local function row_svg(inst, index, x, t0, t_last, g)
   local y = TOP + (index - 1) * ROW_H + (ROW_H - BAR_H) / 2
   local band = index % 2 == 0 and string.format('<rect class="band" x="0" y="%d" width="%d" height="%d"/>',
-    TOP + (index - 1) * ROW_H, X0 + CHART_W + RIGHT_PAD, ROW_H) or ""
+    TOP + (index - 1) * ROW_H, g.x0 + CHART_W + RIGHT_PAD, ROW_H) or ""
   local label = string.format('<a href="#log-%d"><text class="label" x="%d" y="%.1f">%s<title>%s</title></text></a>',
-    index, LABEL_W, y + BAR_H - 3, esc(text.truncate(tostring(inst.id), 26)), esc(inst.id))
+    index, g.label_w, y + BAR_H - 3, esc(text.truncate_middle(text.valid_utf8(tostring(inst.id)), g.chars)), esc(inst.id))
   return band .. label .. row_shapes(inst, y, x, t0, t_last)
 end
 
-local function axis_svg(span, rows)
+local function axis_svg(span, rows, x0)
   local out, step = {}, M.tick_step(span)
   local bottom = TOP + rows * ROW_H
   local t = 0
   while t <= span + step * 1e-6 do
-    local xx = X0 + t / span * CHART_W
+    local xx = x0 + t / span * CHART_W
     out[#out + 1] = string.format('<line class="grid" x1="%.1f" x2="%.1f" y1="%d" y2="%d"/>', xx, xx, TOP - 4, bottom)
     out[#out + 1] = string.format('<text class="tick" x="%.1f" y="%d">%s</text>', xx, TOP - 10, M.tick_label(t))
     out[#out + 1] = string.format('<text class="tick" x="%.1f" y="%d">%s</text>', xx, bottom + 16, M.tick_label(t))
@@ -118,8 +146,8 @@ local function axis_svg(span, rows)
   return table.concat(out)
 end
 
-local function legend_svg(y)
-  local out, xx = {}, X0
+local function legend_svg(y, x0)
+  local out, xx = {}, x0
   for _, item in ipairs(M.LEGEND) do
     local class, label = item[1], item[2]
     if class == "backoff" then
@@ -139,14 +167,15 @@ end
 function M.render(run)
   local instances = run.instances or {}
   local t0, span = time_range(run)
-  local x = scale(t0, span)
-  local height = TOP + #instances * ROW_H + AXIS_H + 24
+  local g = M.label_layout(instances)
+  local x = scale(t0, span, g.x0)
+  local width, height = g.x0 + CHART_W + RIGHT_PAD, TOP + #instances * ROW_H + AXIS_H + 24
   local out = {string.format('<svg class="gantt" role="img" aria-label="Timeline of the steps" width="%d" height="%d" viewBox="0 0 %d %d">',
-    X0 + CHART_W + RIGHT_PAD, height, X0 + CHART_W + RIGHT_PAD, height)}
+    width, height, width, height)}
   -- Grid first, so the bars are drawn over it.
-  out[#out + 1] = axis_svg(span, #instances)
-  for i, inst in ipairs(instances) do out[#out + 1] = row_svg(inst, i, x, t0, t0 + span) end
-  out[#out + 1] = legend_svg(height - 16)
+  out[#out + 1] = axis_svg(span, #instances, g.x0)
+  for i, inst in ipairs(instances) do out[#out + 1] = row_svg(inst, i, x, t0, t0 + span, g) end
+  out[#out + 1] = legend_svg(height - 16, g.x0)
   out[#out + 1] = "</svg>"
   return table.concat(out, "\n")
 end

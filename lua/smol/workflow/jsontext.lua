@@ -6,6 +6,7 @@
 -- empty list (needs, attempts, artifacts). array(t) returns a marker table
 -- for an empty list; encode() turns the marker's encoding back into "[]".
 local cjson = require "cjson"
+local text = require "smol.workflow.text"
 
 local M = {}
 local json = cjson.new()
@@ -61,10 +62,35 @@ function M.plain(v, depth)
   return out
 end
 
---- The JSON text of value; raises with the reason when it cannot be encoded.
+-- value with every string (keys too) made valid UTF-8: cjson copies bytes
+-- as they are, and one stray byte a command wrote (an error message quoting
+-- its stderr) would make the whole document invalid JSON for strict readers.
+-- Tables are copied only when something in them had to change.
+local function valid_strings(value, depth)
+  if type(value) == "string" then return text.valid_utf8(value) end
+  if type(value) ~= "table" or value == EMPTY or depth > MAX_DEPTH * 2 then return value end
+  local copy, changed = {}, false
+  for k, v in pairs(value) do
+    local ck, cv = valid_strings(k, depth + 1), valid_strings(v, depth + 1)
+    changed = changed or ck ~= k or cv ~= v
+    copy[ck] = cv
+  end
+  return changed and copy or value
+end
+
+--- The JSON text of value, every string in it valid UTF-8 (invalid bytes
+--- become U+FFFD); raises with the reason when it cannot be encoded.
 function M.encode(value)
-  local text = json.encode(value)
-  return (text:gsub(EMPTY_JSON:gsub("%p", "%%%0"), "[]"))
+  local encoded = json.encode(valid_strings(value, 0))
+  return (encoded:gsub(EMPTY_JSON:gsub("%p", "%%%0"), "[]"))
+end
+
+--- An error message for a report: valid UTF-8, without the colour escapes
+--- and control characters a command's stderr brings along (newlines and
+--- tabs stay); json.null when there is no error.
+function M.message(err)
+  if err == nil then return cjson.null end
+  return text.printable(tostring(err))
 end
 
 return M

@@ -110,8 +110,9 @@ function Plain:line(inst, s)
 end
 
 function Plain:run_started(run)
-  self.out:write(string.format("%s: %d steps, jobs %s, report in %s\n", tostring(run.name or "workflow"),
-    #(run.instances or {}), tostring(run.jobs or "-"), tostring(run.report_dir or "-")))
+  local n = #(run.instances or {})
+  self.out:write(string.format("%s: %d %s, jobs %s, report in %s\n", tostring(run.name or "workflow"),
+    n, n == 1 and "step" or "steps", tostring(run.jobs or "-"), tostring(run.report_dir or "-")))
   self.out:flush()
 end
 
@@ -239,7 +240,8 @@ end
 function Live:live_line(inst, now, frame, width)
   local st = self.state[inst]
   local elapsed = inst.started_at and now - inst.started_at
-  local head = string.format("%s %s  %s", text.paint(SPINNER[frame], "36", self.color),
+  -- Two spaces after the spinner, as after a finished line's mark: the ids line up.
+  local head = string.format("%s  %s  %s", text.paint(SPINNER[frame], "36", self.color),
     text.terminal_line(tostring(inst.id)), text.duration(elapsed))
   if st.attempt > 1 then head = head .. "  attempt " .. st.attempt end
   local tail = st.note or st.line
@@ -285,7 +287,8 @@ end
 function Live:draw(final)
   local width = math.max(self.width() - 1, 20)   -- a full-width line would wrap on some terminals
   local out = {}
-  if self.drawn > 0 then out[#out + 1] = string.format("\27[%dF\27[J", self.drawn) end
+  local up = self.drawn + (final and self.stray_lines or 0)
+  if up > 0 then out[#out + 1] = string.format("\27[%dF\27[J", up) end
   for _, line in ipairs(self.finished) do out[#out + 1] = line .. "\n" end
   self.finished = {}
   local block = final and {} or self:live_block(width)
@@ -296,7 +299,23 @@ function Live:draw(final)
   self.out:flush()
 end
 
+--- How many lines someone else wrote below the live block before an
+--- interrupted run's final redraw. Ctrl-C ends the main chunk with the
+--- interrupt error: the host prints "smolwf: interrupted" (one line, on the
+--- terminal when stderr is one) and only then do the exit hooks finish the
+--- run and call run_finished (smol.workflow.runner's finalize). Without
+--- counting that line, the erase stops one line short and a stale live
+--- line stays on the screen.
+function M.stray_lines_before_final(run)
+  if not (run and run.result == "cancelled" and core.isatty(2)) then return 0 end
+  for _, inst in ipairs(run.instances or {}) do
+    if inst.status == "cancelled" and tostring(inst.error):find("interrupted", 1, true) then return 1 end
+  end
+  return 0
+end
+
 function Live:run_finished(run)
+  self.stray_lines = self.drawn > 0 and M.stray_lines_before_final(run) or 0
   self.closed = true
   if self.timer then self.timer:stop(); self.timer = nil end
   self:draw(true)

@@ -31,9 +31,13 @@ svg.gantt .cancelled{fill:var(--cancel)}svg.gantt .skipped{fill:#fff;stroke:var(
 svg.gantt .queued,svg.gantt .pending{fill:var(--queue)}svg.gantt .running{fill:var(--run)}
 svg.gantt .backoff{stroke:var(--fail);stroke-width:2;stroke-dasharray:3 3}
 table.steps{border-collapse:collapse;width:100%}
-.steps th,.steps td{text-align:left;padding:5px 10px;border-bottom:1px solid var(--line);vertical-align:top}
-.steps th{background:var(--bg);font-weight:600}.steps td:first-child{white-space:nowrap}.steps td.num{text-align:right;font-variant-numeric:tabular-nums}
-.steps td.note{color:var(--muted);white-space:pre-wrap;font-size:13px}
+.steps th,.steps td{text-align:left;padding:5px 10px;border-bottom:1px solid var(--line);vertical-align:baseline}
+.steps th{background:var(--bg);font-weight:600;white-space:nowrap}.steps td.status{white-space:nowrap}
+.steps td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+.steps td.note{color:var(--muted);white-space:pre-wrap;overflow-wrap:anywhere}
+.steps td.step{min-width:12em;overflow-wrap:anywhere}.steps td.sandbox{font-size:13px}
+.artifacts{margin:6px 0 4px;padding-left:20px}.artifacts li{font:12px/1.5 ui-monospace,"SFMono-Regular",Menlo,Consolas,monospace}
+.missing{color:var(--fail)}.warn{color:var(--fail);font-weight:600}
 .st-success{color:var(--ok)}.st-failed{color:var(--fail)}.st-timed_out{color:var(--timeout)}
 .st-cancelled{color:var(--cancel)}.st-skipped,.st-pending,.st-queued{color:var(--skip)}.st-running{color:var(--run)}
 details{border:1px solid var(--line);border-radius:6px;margin:8px 0}
@@ -49,12 +53,22 @@ local function run_duration(run)
   return run.ended_at and run.started_at and run.ended_at - run.started_at
 end
 
+-- "sandbox auto/default: isolation namespaces", flagged when the steps ran
+-- without isolation; "" until the engine says which sandbox it got.
+local function sandbox_html(sb)
+  local label = text.sandbox_label(sb)
+  if not label then return "" end
+  return string.format(' · sandbox <span class="%s">%s</span>', sb.isolation == "none" and "warn" or "sb", esc(label))
+end
+
 local function header_html(run)
   local started = run.started_at and os.date("!%Y-%m-%d %H:%M:%S UTC", math.floor(run.started_at)) or "not started"
   local result = tostring(run.result or "unfinished")
-  return string.format('<header><h1>%s <span class="badge %s">%s</span></h1>\n<p class="meta">started %s · took %s · %d step instances · jobs %s</p></header>\n',
+  local n = #(run.instances or {})
+  return string.format('<header><h1>%s <span class="badge %s">%s</span></h1>\n<p class="meta">started %s · took %s · %d step %s · jobs %s%s</p></header>\n',
     esc(run.name or "workflow"), esc(result, true), esc(result), started,
-    text.duration(run_duration(run)), #(run.instances or {}), esc(tostring(run.jobs or "-")))
+    text.duration(run_duration(run)), n, n == 1 and "instance" or "instances",
+    esc(tostring(run.jobs or "-")), sandbox_html(run.sandbox))
 end
 
 -- U+23F1 (the terminal's timed-out mark) is missing from common fonts; a
@@ -65,7 +79,7 @@ local function mark(status)
 end
 
 local function status_cell(status)
-  return string.format('<td class="st-%s">%s %s</td>', esc(status, true), mark(status), esc(text.word(status)))
+  return string.format('<td class="status st-%s">%s %s</td>', esc(status, true), mark(status), esc(text.word(status)))
 end
 
 -- "-" for an instance that never ran (skipped, cancelled while queued).
@@ -73,27 +87,43 @@ local function duration_of(inst)
   return text.ran(inst) and text.duration(inst.duration) or "-"
 end
 
-local function table_row(run, inst, index)
+-- Whether some instance ran in another sandbox than the workflow's: then
+-- the table gets a Sandbox column.
+local function sandboxes_differ(run)
+  local shared = text.sandbox_label(run.sandbox)
+  for _, inst in ipairs(run.instances or {}) do
+    local own = text.sandbox_label(inst.sandbox)
+    if own and own ~= shared then return true end
+  end
+  return false
+end
+
+local function table_row(run, inst, index, with_sandbox)
   local start = inst.started_at and run.started_at and "+" .. text.duration(inst.started_at - run.started_at) or "-"
+  local artifacts = #(inst.artifacts or {}) > 0 and string.format('<br><a class="meta" href="#log-%d">%s</a>', index,
+    text.plural(#inst.artifacts, "artifact")) or ""
   return table.concat{
     "<tr>", status_cell(inst.status),
-    string.format('<td><a href="#log-%d">%s</a></td>', index, esc(inst.id)),
+    string.format('<td class="step"><a href="#log-%d">%s</a>%s</td>', index, esc(inst.id), artifacts),
     string.format('<td class="num">%s</td><td class="num">%s</td>', start, duration_of(inst)),
     string.format('<td class="num">%d</td><td class="num">%s</td>', #(inst.attempts or {}), inst.exit_code or "-"),
+    with_sandbox and string.format('<td class="sandbox">%s</td>', esc(text.sandbox_label(inst.sandbox) or "-")) or "",
     string.format('<td class="note">%s</td>', esc(inst.error and text.strip_status(inst.status, tostring(inst.error)) or "")),
     "</tr>\n"}
 end
 
 local function table_html(run)
-  local out = {'<table class="steps"><thead><tr><th>Status</th><th>Step</th><th>Started</th><th>Duration</th><th>Attempts</th><th>Exit</th><th>Note</th></tr></thead><tbody>\n'}
-  for i, inst in ipairs(run.instances or {}) do out[#out + 1] = table_row(run, inst, i) end
+  local with_sandbox = sandboxes_differ(run)
+  local out = {'<table class="steps"><thead><tr><th>Status</th><th>Step</th><th>Started</th><th>Duration</th><th>Attempts</th><th>Exit</th>',
+    with_sandbox and "<th>Sandbox</th>" or "", '<th>Note</th></tr></thead><tbody>\n'}
+  for i, inst in ipairs(run.instances or {}) do out[#out + 1] = table_row(run, inst, i, with_sandbox) end
   out[#out + 1] = "</tbody></table>\n"
   return table.concat(out)
 end
 
 local function stream_html(run, rel, stream)
   local data, cut = reportdir.read_tail(reportdir.join(run.report_dir, rel), M.MAX_LOG_BYTES)
-  local link = string.format('<a href="%s">%s</a>', esc(rel, true), esc(rel))
+  local link = string.format('<a href="%s">%s</a>', esc(text.url_path(rel), true), esc(rel))
   if not data or data == "" then return string.format('<h3>%s</h3><p class="empty">empty</p>', stream) end
   local note = cut and string.format(" — last %d KiB shown, full log: %s", M.MAX_LOG_BYTES // 1024, link) or " — " .. link
   return string.format("<h3>%s%s</h3><pre>%s</pre>", stream, note, esc(data))
@@ -117,13 +147,33 @@ local function logs_html(run, inst)
   return table.concat(parts, "\n")
 end
 
+-- The step's artifacts as links (paths relative to the report directory,
+-- so the links work wherever the directory is copied); one the engine
+-- listed but that is not there is shown as missing, not linked.
+local function artifacts_html(run, inst)
+  if #(inst.artifacts or {}) == 0 then return "" end
+  local items = {}
+  for _, rel in ipairs(inst.artifacts) do
+    if reportdir.exists(reportdir.join(run.report_dir, rel)) then
+      items[#items + 1] = string.format('<li><a href="%s">%s</a></li>', esc(text.url_path(rel), true), esc(rel))
+    else
+      items[#items + 1] = string.format('<li class="missing">%s (missing)</li>', esc(rel))
+    end
+  end
+  return string.format('<h3>artifacts</h3><ul class="artifacts">%s</ul>\n', table.concat(items))
+end
+
 local function details_html(run, inst, index)
   -- Failures open by default: that is the log a reader came for.
   local open = (inst.status == "failed" or inst.status == "timed_out") and " open" or ""
+  local extra = {}
   local tries = text.attempts_label(inst)
-  return string.format('<details id="log-%d"%s><summary><span class="st-%s">%s</span> <b>%s</b> — %s, %s%s</summary>\n<div class="log">%s</div></details>\n',
+  if tries ~= "" then extra[#extra + 1] = tries end
+  if #(inst.artifacts or {}) > 0 then extra[#extra + 1] = text.plural(#inst.artifacts, "artifact") end
+  return string.format('<details id="log-%d"%s><summary><span class="st-%s">%s</span> <b>%s</b> — %s, %s%s</summary>\n<div class="log">%s%s</div></details>\n',
     index, open, esc(inst.status, true), mark(inst.status), esc(inst.id), esc(text.word(inst.status)),
-    duration_of(inst), tries ~= "" and ", " .. tries or "", logs_html(run, inst))
+    duration_of(inst), #extra > 0 and ", " .. table.concat(extra, ", ") or "",
+    artifacts_html(run, inst), logs_html(run, inst))
 end
 
 --- The page as a string.

@@ -12,10 +12,7 @@ M.FORMAT_VERSION = 1
 
 local opt, array = jsontext.opt, jsontext.array
 
-local function message(err)
-  if err == nil then return jsontext.null end
-  return tostring(err)
-end
+local message = jsontext.message
 
 local function attempt_json(a)
   local duration = a.started_at and a.ended_at and a.ended_at - a.started_at
@@ -42,6 +39,7 @@ local function instance_json(run, inst)
     exit_code = opt(inst.exit_code), timeout = opt(inst.timeout), error = message(inst.error),
     continue_on_error = inst.continue_on_error or false, always = inst.always or false,
     artifacts = array(inst.artifacts), logs = logs_json(run, inst),
+    sandbox = opt(jsontext.plain(inst.sandbox)),
   }
 end
 
@@ -54,6 +52,9 @@ function M.build(run)
     format_version = M.FORMAT_VERSION, name = run.name, result = opt(run.result),
     started_at = opt(run.started_at), ended_at = opt(run.ended_at), duration = opt(duration),
     params = jsontext.plain(run.params or {}), jobs = opt(run.jobs), instances = array(instances),
+    -- The session the steps shared (profile, isolation, network), null
+    -- until the engine records it; a step with its own has inst.sandbox.
+    sandbox = opt(jsontext.plain(run.sandbox)),
   }
 end
 

@@ -35,8 +35,16 @@ local function stderr_tail(run, inst)
   return text.last_lines(data, M.STDERR_LINES)
 end
 
+-- The error without a leading "<status>:" (the element already says it:
+-- no "cancelled: cancelled: interrupted"), or the status word.
+local function message_of(inst)
+  if inst.error == nil then return text.word(inst.status) end
+  local msg = text.strip_status(inst.status, tostring(inst.error))
+  return msg ~= "" and msg or text.word(inst.status)
+end
+
 local function failure_xml(run, inst)
-  local msg = inst.error and tostring(inst.error) or text.word(inst.status)
+  local msg = message_of(inst)
   local body = msg
   local tail = stderr_tail(run, inst)
   if tail then
@@ -49,7 +57,7 @@ end
 
 local function skipped_xml(inst)
   local msg = text.word(inst.status)
-  if inst.error then msg = msg .. ": " .. tostring(inst.error) end
+  if inst.error then msg = msg .. ": " .. message_of(inst) end
   return string.format('      <skipped message="%s"/>\n', attr(msg))
 end
 

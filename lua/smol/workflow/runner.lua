@@ -21,13 +21,16 @@ local function need_ok(need)
   return need.status == "success" or (FAILED[need.status] and need.continue_on_error)
 end
 
+local ENDED_HOW = { failed = "failed", timed_out = "timed out", skipped = "was skipped",
+  cancelled = "was cancelled" }
+
 -- The reason to skip `inst` when a need of it ended without success.
 local function skip_reason(S, inst, counting)
   for _, id in ipairs(inst.needs) do
     local need = S.by_id[id]
     if counting[need.status] and not need_ok(need) then
-      return ("skipped: needs '%s', which %s"):format(id,
-        need.status == "skipped" and "was skipped" or ("ended " .. need.status))
+      -- No "skipped:" prefix: the status is recorded beside the message.
+      return ("needs '%s', which %s"):format(id, ENDED_HOW[need.status] or need.status)
     end
   end
 end
@@ -66,7 +69,7 @@ local function decide(S, inst)
   if verdict == "skip" then
     finish(S, inst, "skipped", why)
   elseif verdict == "cancel" then
-    finish(S, inst, "cancelled", "cancelled: " .. S.stop_reason)
+    finish(S, inst, "cancelled", S.stop_reason)
   elseif verdict == "run" then
     inst.status, inst.queued_at = "queued", core.time()
     S.queue[#S.queue + 1] = inst
@@ -122,7 +125,7 @@ local function cancel_running(S, reason)
   for i = S.queue_head, #S.queue do
     local inst = S.queue[i]
     if inst.status == "queued" and not inst.always then
-      finish(S, inst, "cancelled", "cancelled: " .. reason)
+      finish(S, inst, "cancelled", reason)
     end
   end
 end
@@ -156,6 +159,8 @@ local function result_of(S)
   return "success"
 end
 
+local INTERRUPTED = "interrupted"
+
 -- Runs not yet finished, for the exit hook.
 local active = {}
 
@@ -166,7 +171,10 @@ local active = {}
 local function finalize(S)
   S.finalized, S.finalizing = true, true
   for _, inst in ipairs(S.run.instances) do
-    if not FINISHED[inst.status] then finish(S, inst, "cancelled", "cancelled: interrupted") end
+    if not FINISHED[inst.status] then
+      attempt_mod.close_open_attempt(inst, "cancelled", INTERRUPTED)
+      finish(S, inst, "cancelled", INTERRUPTED)
+    end
   end
   S.run.ended_at, S.run.result = core.time(), "cancelled"
   notify(S, "run_finished")

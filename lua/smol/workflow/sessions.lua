@@ -10,7 +10,7 @@ local M = {}
 
 -- `open` is sandbox.open or a stand-in taking the sandbox spec table.
 function M.new(open)
-  return setmetatable({ open = open, entries = {}, list = {} }, Sessions)
+  return setmetatable({ open = open, entries = {}, list = {}, infos = {} }, Sessions)
 end
 
 local function copy(t)
@@ -23,6 +23,30 @@ local function is_cancel(err)
   return type(err) == "table" and err.code == "cancelled"
 end
 
+-- What a session really is, from its capabilities: the profile asked for
+-- (and the one the provider names, when it says), the isolation it
+-- enforces ("namespaces", "none") and whether it has network.
+local function describe(spec, session)
+  local caps = type(session) == "table" and type(session.capabilities) == "table"
+    and session.capabilities or {}
+  local requested = spec.profile or "auto/default"
+  if type(requested) == "table" then requested = tostring(requested.provider) .. "/" .. tostring(requested.name) end
+  local given = type(session) == "table" and type(session.session) == "table" and session.session.profile
+  local network = nil  -- unknown unless the session says
+  if type(caps.network) == "boolean" then network = caps.network end
+  return {
+    profile = tostring(requested), provider_profile = type(given) == "string" and given or nil,
+    isolation = type(caps.isolation) == "string" and caps.isolation or "unknown",
+    network = network,
+    program = type(session) == "table" and session.program or nil,
+  }
+end
+
+-- The description of the session opened for `key` (nil if not open).
+function Sessions:info(key)
+  return self.infos[key]
+end
+
 function Sessions:open_entry(key, spec)
   local entry = { ready = task.event() }
   self.entries[key] = entry
@@ -30,7 +54,8 @@ function Sessions:open_entry(key, spec)
   if ok then
     entry.session = result
     self.list[#self.list + 1] = result
-    if self.on_open then self.on_open(result) end
+    self.infos[key] = describe(spec or {}, result)
+    if self.on_open then self.on_open(result, key, self.infos[key]) end
   elseif is_cancel(result) then
     -- The step that was opening it was cancelled: forget the attempt so the
     -- next user opens afresh, and pass the cancellation on.

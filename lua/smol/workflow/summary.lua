@@ -1,6 +1,7 @@
 -- The end-of-run summary table: one row per step instance (mark, id,
 -- status, duration, attempts, exit code, first line of the error), then a
 -- line with the result and counts, and where the report is.
+local core = require "smol.core"
 local text = require "smol.workflow.text"
 
 local M = {}
@@ -11,6 +12,12 @@ local ORDER = {"success", "failed", "timed_out", "cancelled", "skipped", "runnin
 
 -- Without a width, a note longer than this is cut (the report has it all).
 local MAX_NOTE = 72
+-- With a width, the note column is at least this wide, else notes go on
+-- lines of their own below their row.
+local MIN_NOTE = 16
+-- Ids are never cut below this many characters to make the table fit.
+local MIN_STEP = 8
+local SEP = "  "
 
 local function note_of(inst, opts)
   if inst.error == nil then return "" end
@@ -36,21 +43,67 @@ local function column_widths(rows)
   return widths
 end
 
-local function format_row(row, widths, opts)
+local function table_width(widths)
+  local w = 0
+  for c = 1, #HEADERS - 1 do w = w + widths[c] end
+  return w + #SEP * (#HEADERS - 2)
+end
+
+-- The layout for opts.width: the columns before the note always fit (ids
+-- cut in the middle if need be); the note gets the rest of the line, or,
+-- when that is too narrow, lines of its own below its row.
+local function plan_layout(rows, opts)
+  local widths = column_widths(rows)
+  local layout = {widths = widths}
+  if not opts.width then return layout end
+  local over = table_width(widths) - opts.width
+  if over > 0 then widths[2] = math.max(widths[2] - over, MIN_STEP) end
+  local room = opts.width - table_width(widths) - #SEP
+  if room >= MIN_NOTE then layout.note_width = room
+  else layout.note_below = math.max(opts.width - 3, MIN_NOTE) end
+  return layout
+end
+
+local function fixed_cells(row, widths)
   local cells = {}
   for c = 1, #HEADERS - 1 do
-    local pad = string.rep(" ", widths[c] - text.width(row[c]))
-    cells[c] = RIGHT_ALIGNED[c] and pad .. row[c] or row[c] .. pad
+    local cell = c == 2 and text.truncate_middle(row[c], widths[c]) or row[c]
+    local pad = string.rep(" ", widths[c] - text.width(cell))
+    cells[c] = RIGHT_ALIGNED[c] and pad .. cell or cell .. pad
   end
-  local line = table.concat(cells, "  ")
-  if row[#HEADERS] ~= "" then line = line .. "  " .. row[#HEADERS] end
-  if opts.width then line = text.truncate(line, opts.width) end
-  if opts.color and row.status then
-    -- Colour only the mark and status word, so the table stays readable.
-    local code = text.sgr[row.status]
-    line = text.paint(row[1], code, true) .. line:sub(#row[1] + 1)
+  return table.concat(cells, SEP)
+end
+
+local function paint_mark(line, row, opts)
+  if not (opts.color and row.status) then return line end
+  -- Colour only the mark and status word, so the table stays readable.
+  return text.paint(row[1], text.sgr[row.status], true) .. line:sub(#row[1] + 1)
+end
+
+-- The lines of one row: the cells, then its note beside them (wrapped in
+-- the note column) or below them (indented under the step).
+local function format_row(row, layout, opts)
+  local line = fixed_cells(row, layout.widths)
+  local note = row[#HEADERS]
+  local lines = {}
+  if note == "" or (layout.note_below and row == HEADERS) then
+    lines[1] = line
+  elseif layout.note_below then
+    lines[1] = line
+    for _, part in ipairs(text.wrap(note, layout.note_below)) do lines[#lines + 1] = "   " .. part end
+  else
+    local parts = layout.note_width and text.wrap(note, layout.note_width) or {note}
+    local indent = string.rep(" ", text.width(line) + #SEP)
+    lines[1] = line .. SEP .. parts[1]
+    for i = 2, #parts do lines[i] = indent .. parts[i] end
   end
-  return (line:gsub("%s+$", ""))
+  for i, l in ipairs(lines) do
+    -- Last resort for a terminal too narrow even for the cut-down columns.
+    if opts.width then l = text.truncate(l, opts.width) end
+    lines[i] = (l:gsub("%s+$", ""))
+  end
+  lines[1] = paint_mark(lines[1], row, opts)
+  return table.concat(lines, "\n")
 end
 
 --- "12 steps: 10 ok, 1 failed, 1 skipped"
@@ -68,23 +121,41 @@ local function counts_line(run)
   return string.format("%d %s: %s", total, noun, table.concat(parts, ", "))
 end
 
+-- "ci failure in 4.8s — 8 steps: ...", wrapped at spaces to opts.width.
 local function result_line(run, opts)
   local duration = run.ended_at and run.started_at and run.ended_at - run.started_at
   local result = tostring(run.result or "unknown")
+  local name = text.terminal_line(tostring(run.name or "workflow"))
+  local line = string.format("%s %s in %s — %s", name, result, text.duration(duration), counts_line(run))
+  local lines = opts.width and text.wrap(line, opts.width) or {line}
   local code = result == "success" and "32" or "31"
-  return string.format("%s %s in %s — %s", tostring(run.name or "workflow"),
-    text.paint(result, code, opts.color), text.duration(duration), counts_line(run))
+  local at = #name + 2
+  if lines[1]:sub(at, at + #result - 1) == result then
+    lines[1] = lines[1]:sub(1, at - 1) .. text.paint(result, code, opts.color) .. lines[1]:sub(at + #result)
+  end
+  return table.concat(lines, "\n")
+end
+
+--- The width of the terminal on stdout less one column (a full-width line
+--- wraps on some terminals), or nil when stdout is not a terminal.
+function M.terminal_width()
+  if not core.isatty(1) then return nil end
+  local w = core.term_width() or tonumber(os.getenv("COLUMNS")) or 80
+  return math.max(w - 1, 20)
 end
 
 --- The summary as a string ending in "\n".
---- opts.color: SGR colours; opts.width: cut rows to this many columns.
+--- opts.color: SGR colours
+--- opts.width: fit the table in this many columns (ids cut in the middle,
+---   notes wrapped); nil: the terminal's when stdout is one; false: no limit.
 function M.render(run, opts)
-  opts = opts or {}
+  opts = setmetatable({}, {__index = opts or {}})
+  if opts.width == nil then opts.width = M.terminal_width() or false end
   local rows = {HEADERS}
   for _, inst in ipairs(run.instances or {}) do rows[#rows + 1] = row_of(inst, opts) end
-  local widths = column_widths(rows)
+  local layout = plan_layout(rows, opts)
   local lines = {}
-  for _, row in ipairs(rows) do lines[#lines + 1] = format_row(row, widths, opts) end
+  for _, row in ipairs(rows) do lines[#lines + 1] = format_row(row, layout, opts) end
   lines[#lines + 1] = ""
   lines[#lines + 1] = result_line(run, opts)
   if run.report_dir then lines[#lines + 1] = "report: " .. run.report_dir end

@@ -96,6 +96,36 @@ function M.truncate(s, width)
   return s:sub(1, cut - 1) .. "…"
 end
 
+--- At most `width` characters of a valid UTF-8 string, cut in the middle
+--- ("build-and-test-…-linux-arm64"): long names that share a prefix stay
+--- told apart by their ends.
+function M.truncate_middle(s, width)
+  local n = utf8.len(s)
+  if not n or n <= width then return s end
+  if width < 5 then return M.truncate(s, width) end
+  local head = (width - 1) // 2
+  local tail = width - 1 - head
+  return s:sub(1, utf8.offset(s, head + 1) - 1) .. "…" .. s:sub(utf8.offset(s, n - tail + 1))
+end
+
+--- The lines of a one-line, valid UTF-8 string wrapped to `width`
+--- characters: at a space when there is one in the line, else cut.
+function M.wrap(s, width)
+  local lines = {}
+  width = math.max(width, 1)
+  while utf8.len(s) > width do
+    local cut_end = utf8.offset(s, width + 1)           -- first byte past the width
+    local space = s:sub(1, cut_end):match(".*() ")       -- last space that fits
+    if space and space > 1 then
+      lines[#lines + 1], s = s:sub(1, space - 1), s:sub(space + 1)
+    else
+      lines[#lines + 1], s = s:sub(1, cut_end - 1), s:sub(cut_end)
+    end
+  end
+  lines[#lines + 1] = s
+  return lines
+end
+
 --- Like truncate, for a line with SGR colour sequences: they do not count
 --- toward the width, and a cut line ends with a colour reset.
 function M.truncate_styled(s, width)
@@ -150,10 +180,37 @@ function M.strip_status(status, msg)
   return msg
 end
 
+--- A relative path as a URL path: bytes other than unreserved ones and
+--- "/" percent-encoded, so "#", "?", "%" or a space in a step's name
+--- cannot turn a link to its log or artifact into a fragment or a query.
+function M.url_path(rel)
+  return (tostring(rel):gsub("[^%w%-%._~/]", function(c) return string.format("%%%02X", c:byte()) end))
+end
+
+--- A sandbox session's description (the engine's inst.sandbox/run.sandbox:
+--- profile, provider_profile, isolation, network) for people, worded as
+--- `smolwf run` prints it: "auto/default (no isolation, network on)";
+--- nil when there is none.
+function M.sandbox_label(sb)
+  if type(sb) ~= "table" then return nil end
+  local profile = tostring(sb.profile or "?")
+  if type(sb.provider_profile) == "string" and sb.provider_profile ~= profile then
+    profile = profile .. " → " .. sb.provider_profile
+  end
+  local isolation = sb.isolation == "none" and "no isolation" or "isolation: " .. tostring(sb.isolation or "unknown")
+  local network = sb.network == true and ", network on" or sb.network == false and ", no network" or ""
+  return string.format("%s (%s%s)", profile, isolation, network)
+end
+
 --- Whether the instance ever started an attempt (a skipped or cancelled
 --- one may not have: it has no duration worth showing).
 function M.ran(inst)
   return inst.attempts ~= nil and #inst.attempts > 0
+end
+
+--- "1 artifact", "3 artifacts".
+function M.plural(n, noun)
+  return n .. " " .. noun .. (n == 1 and "" or "s")
 end
 
 --- The label of an attempt count: "" for one, "2 attempts" otherwise.

@@ -122,6 +122,28 @@ local function value_ok(kind, v)
   return type(v) == kind
 end
 
+local SHOW_MAX_ENTRIES, SHOW_MAX_DEPTH = 4, 2
+
+-- A short rendering of a value for messages: the offending value itself
+-- ("0", "'x'", "{shard = 3}"), not just its type.
+local function show(v, depth)
+  depth = depth or 0
+  if type(v) == "string" then return ("%q"):format(#v > 40 and (v:sub(1, 37) .. "...") or v) end
+  if type(v) ~= "table" then
+    return (type(v) == "number" or type(v) == "boolean" or v == nil) and tostring(v) or type(v)
+  end
+  if next(v) == nil then return "{}" end
+  if depth >= SHOW_MAX_DEPTH then return "{...}" end
+  local parts, keys = {}, sorted_keys(v)
+  for i, k in ipairs(keys) do
+    if i > SHOW_MAX_ENTRIES then parts[#parts + 1] = "..."; break end
+    local item = show(v[k], depth + 1)
+    parts[#parts + 1] = is_list(v) and item or (("%s = %s"):format(tostring(k), item))
+  end
+  return "{" .. table.concat(parts, ", ") .. "}"
+end
+M.show = show
+
 -- Checks every field of table `t` against `schema`; `where` prefixes messages.
 local function check_fields(t, schema, where, problems)
   for _, field in ipairs(sorted_keys(t)) do
@@ -133,7 +155,7 @@ local function check_fields(t, schema, where, problems)
         :format(where, field, unknown_field_hint(field, schema))
     elseif not value_ok(kind, t[field]) then
       problems[#problems + 1] = ("%s: field '%s' must be %s, got %s")
-        :format(where, field, KIND_TEXT[kind] or ("a " .. kind), type(t[field]))
+        :format(where, field, KIND_TEXT[kind] or ("a " .. kind), show(t[field]))
     end
   end
 end
@@ -147,7 +169,7 @@ M.needs_list = needs_list
 
 local function check_step(step, i, problems, seen)
   if type(step) ~= "table" then
-    problems[#problems + 1] = ("step #%d: must be a table, got %s"):format(i, type(step))
+    problems[#problems + 1] = ("step #%d: must be a table, got %s"):format(i, show(step))
     return
   end
   local where = type(step.name) == "string" and ("step '%s'"):format(step.name)
@@ -227,12 +249,24 @@ local function well_formed_steps(steps)
   return list, by_name
 end
 
-function M.new_error(name, problems)
-  local head = ("invalid workflow '%s'"):format(name or "?")
-  local message = #problems == 1 and (head .. ": " .. problems[1])
+local function error_message(name, problems)
+  local head = name and ("invalid workflow '%s'"):format(name) or "invalid workflow"
+  return #problems == 1 and (head .. ": " .. problems[1])
     or (head .. ":\n  " .. table.concat(problems, "\n  "))
-  return setmetatable({ code = "invalid_workflow", message = message, problems = problems },
-    INVALID_MT)
+end
+
+-- `name` may be nil (a workflow without one): M.named() names it later,
+-- e.g. by its file name once the CLI knows it.
+function M.new_error(name, problems)
+  return setmetatable({ code = "invalid_workflow", message = error_message(name, problems),
+    problems = problems, name = name }, INVALID_MT)
+end
+
+-- The error again, named `fallback` when the workflow had no name.
+function M.named(err, fallback)
+  if err.name or not fallback then return err end
+  err.name, err.message = fallback, error_message(fallback, err.problems)
+  return err
 end
 
 function M.is_invalid(err)
@@ -241,7 +275,7 @@ end
 
 -- Returns nil when `def` is a valid workflow, else the list of problems.
 function M.problems(def)
-  if type(def) ~= "table" then return { "a workflow must be a table, got " .. type(def) } end
+  if type(def) ~= "table" then return { "a workflow must be a table, got " .. show(def) } end
   local problems = {}
   check_fields(def, WORKFLOW_FIELDS, "workflow", problems)
   if type(def.sandbox) == "table" then
@@ -264,7 +298,8 @@ end
 function M.check(def)
   local problems = M.problems(def)
   if problems then
-    error(M.new_error(type(def) == "table" and def.name or nil, problems), 0)
+    local name = type(def) == "table" and type(def.name) == "string" and def.name or nil
+    error(M.new_error(name, problems), 0)
   end
   return def
 end

@@ -1,0 +1,111 @@
+/*
+** Members of process groups are found in /proc (a group has no handle of
+** its own) and watched through pidfds (see group_wait.h).
+*/
+#define _GNU_SOURCE
+#include "group_wait.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct watch_set {
+  struct pollfd *fds;
+  size_t n, cap;
+} watch_set;
+
+/* Is the process pid running (not a zombie) in one of the groups? From /proc/PID/stat. */
+static bool running_member(pid_t pid, const pid_t *groups, size_t n) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  ssize_t len = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (len <= 0) return false;
+  buf[len] = '\0';
+  /* "pid (comm) S ppid pgrp ...": comm may hold anything, so parse after its last ')'. */
+  char *end = strrchr(buf, ')');
+  char state;
+  long ppid, pgrp;
+  if (!end || sscanf(end + 1, " %c %ld %ld", &state, &ppid, &pgrp) != 3 || state == 'Z' || state == 'X') return false;
+  for (size_t i = 0; i < n; i++)
+    if (groups[i] == pgrp) return true;
+  return false;
+}
+
+static void watch_add(watch_set *w, int pidfd) {
+  if (w->n == w->cap) {
+    w->cap = w->cap ? 2 * w->cap : 16;
+    w->fds = realloc(w->fds, w->cap * sizeof *w->fds);
+  }
+  w->fds[w->n++] = (struct pollfd){.fd = pidfd, .events = POLLIN};
+}
+
+/*
+** The pidfd is opened before the check, so a pid reused meanwhile is seen
+** as the new process it now names (and left alone), never confused.
+*/
+static void watch_members(watch_set *w, const pid_t *groups, size_t n) {
+  DIR *d = opendir("/proc");
+  if (!d) return;
+  for (struct dirent *e; (e = readdir(d));) {
+    if (!isdigit((unsigned char)e->d_name[0])) continue;
+    pid_t pid = (pid_t)atol(e->d_name);
+    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (pidfd < 0) continue;
+    if (running_member(pid, groups, n)) watch_add(w, pidfd);
+    else close(pidfd);
+  }
+  closedir(d);
+}
+
+static bool any_group_left(const pid_t *groups, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (kill(-groups[i], 0) == 0 || errno != ESRCH) return true;
+  return false;
+}
+
+static long ms_since(const struct timespec *start) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (now.tv_sec - start->tv_sec) * 1000 + (now.tv_nsec - start->tv_nsec) / 1000000;
+}
+
+/* Drops the watches whose process has exited; returns how many are left. */
+static size_t drop_exited(watch_set *w) {
+  size_t kept = 0;
+  for (size_t i = 0; i < w->n; i++) {
+    if (w->fds[i].revents) close(w->fds[i].fd);
+    else w->fds[kept++] = w->fds[i];
+  }
+  w->n = kept;
+  return kept;
+}
+
+size_t groups_await_gone(const pid_t *groups, size_t n, int timeout_ms) {
+  if (!any_group_left(groups, n)) return 0;   /* the common case: no /proc walk */
+  watch_set w = {0};
+  watch_members(&w, groups, n);
+  struct timespec start;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  for (long waited = 0; w.n > 0 && waited < timeout_ms; waited = ms_since(&start)) {
+    int rc = poll(w.fds, w.n, (int)(timeout_ms - waited));
+    if (rc < 0 && errno != EINTR) break;
+    if (rc > 0) drop_exited(&w);
+  }
+  size_t left = w.n;
+  for (size_t i = 0; i < w.n; i++) close(w.fds[i].fd);
+  free(w.fds);
+  return left;
+}

@@ -1,0 +1,21 @@
+/*
+** Waiting for killed process groups to be gone, so `close` answers only
+** once nothing the session started is left running: a host that looks
+** right after the reply finds no process of the session.
+*/
+#ifndef SMOL_GROUP_WAIT_H
+#define SMOL_GROUP_WAIT_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/*
+** Waits, at most timeout_ms, until no process of the n process groups is
+** running any more (zombies count as gone: they run nothing and are their
+** parent's to reap). Every member is watched through a pidfd, so the wait
+** ends the moment the last one exits. Returns how many were still
+** running at the deadline (0 when all are gone).
+*/
+size_t groups_await_gone(const pid_t *groups, size_t n, int timeout_ms);
+
+#endif
