@@ -98,6 +98,7 @@ describe("smolwf run", function()
     local cases = {
       { { "run", "/tmp" }, "cannot read /tmp: Is a directory" },
       { { "run", "--report-dir", file .. "/sub", FIX .. "ok.lua" }, "cannot make the report directory: cannot create directory" },
+      { { "run", "--report-dir", "/proc/self", FIX .. "ok.lua" }, "cannot make the report directory: cannot create directory '/proc/self/logs'" },
       { { "run", "--replay", "/nonexistent.jsonl", FIX .. "ok.lua" }, "%-%-replay /nonexistent%.jsonl: " },
       { { "run", "--record", "/nonexistent/dir/x.jsonl", FIX .. "ok.lua" }, "%-%-record /nonexistent/dir/x%.jsonl: " },
     }
@@ -148,6 +149,7 @@ describe("smolwf run", function()
     assert.are.equal(1, r.code)
     assert.matches("undefined global 'job_count'", r.stderr)
     assert.matches("undefined_global.lua:3", r.stderr)
+    assert.is_nil(r.stderr:find("smol/", 1, true), "the engine's frames are noise here: " .. r.stderr)
   end)
 
   it("lists the steps as a tree, and prints a dry run in order", function()

@@ -56,6 +56,26 @@ describe("workflow progress, header", function()
   end)
 end)
 
+describe("workflow progress, live view with long ids", function()
+  it("cuts ids in the middle, so steps sharing a long prefix stay told apart", function()
+    local out = helpers.sink()
+    local obs = progress.new({out = out, live = true, color = false, width = 50, interval = 0.01})
+    local run = {name = "t", started_at = core.time(), instances = {}}
+    obs:run_started(run)
+    for i, variant in ipairs({"postgres", "sqlite"}) do
+      local inst = {id = "integration-tests-for-the-storage-backend[variant=" .. variant .. "]",
+                    status = "success", started_at = core.time(), duration = 0.5, attempts = {{}}}
+      run.instances[i] = inst
+      obs:step_finished(run, inst)
+    end
+    run.result = "success"
+    obs:run_finished(run)
+    local lines = helpers.lines(out:text())
+    assert.matches("^✓  integration…nt=postgres%]  500ms$", lines[1])
+    assert.matches("^✓  integration…iant=sqlite%]  500ms$", lines[2])
+  end)
+end)
+
 describe("workflow summary in a terminal", function()
   it("fits the terminal's width when the caller gives none (as `smolwf run` does)", function()
     if not helpers.which("script") then pending("util-linux `script` not installed"); return end

@@ -137,6 +137,13 @@ describe("workflow summary", function()
     for _, line in ipairs(lines) do assert.is_true(utf8.len(line) <= 50, line) end
     assert.matches("^✗  integrati…=postgres%]  failed  1%.0s      1     2$", lines[2])
     assert.are.equal("   sh: run-tests exited with 2", lines[3])
+    long.error = string.rep("word ", 200)
+    lines = helpers.lines(summary.render({name = "w", result = "failure", instances = {long}}, {width = 50}))
+    assert.are.equal(2 + 3 + 2, #lines)   -- header, row, 3 note lines, blank, result (no report dir)
+    assert.matches("[^…]…$", lines[5])
+    long.error = string.rep("x", 400)     -- no space to wrap at: cut lines, one ellipsis
+    lines = helpers.lines(summary.render({name = "w", result = "failure", instances = {long}}, {width = 50}))
+    assert.are.equal("   " .. string.rep("x", 46) .. "…", lines[5])
   end)
 
   it("says 1 step, not 1 steps", function()

@@ -27,7 +27,8 @@
 #define DEFAULT_GRACE_MS 2000
 #define SPAWN_BUFFER (1024 * 1024)
 #define PIPE_SIZE (1024 * 1024)
-#define READ_BUFFER (256 * 1024)
+/* A whole pipe's worth per read: fewer reads and wakeups; deliver() cuts it into events. */
+#define READ_BUFFER PIPE_SIZE
 #define EVENT_CHUNK (256 * 1024)
 #define BASE_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 

@@ -153,7 +153,9 @@ local function new_run(def, opts)
   end
   local ok, report_dir = pcall(function()
     local dir = opts.report_dir or default_report_dir()
-    files.mkdir_p(dir)
+    -- logs/ is needed anyway; making it now also proves the directory is
+    -- writable before anything runs (else every report would fail at the end).
+    files.mkdir_p(opts.reports == false and dir or (dir .. "/logs"))
     return dir
   end)
   if not ok then

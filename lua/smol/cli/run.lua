@@ -94,16 +94,32 @@ local function add_paths(paths)
   end
 end
 
--- Keeps tables (our error values) as they are; adds a traceback to the
--- rest, cut where the user's code was called from (our frames say nothing).
-local function traceback_handler(err)
-  if type(err) == "table" then return err end
+-- The traceback of an error raised `level` frames up, cut where our
+-- xpcall ran the code (the frames below say nothing); `keep(line)` filters.
+local function trimmed_traceback(err, level, keep)
   local lines = {}
-  for line in debug.traceback(tostring(err), 2):gmatch("[^\n]+") do
+  for line in debug.traceback(tostring(err), level + 1):gmatch("[^\n]+") do
     if line:find("in function 'xpcall'", 1, true) or line:find("smol/cli/run.lua", 1, true) then break end
-    lines[#lines + 1] = line
+    if keep(line) then lines[#lines + 1] = line end
   end
   return table.concat(lines, "\n")
+end
+
+-- Keeps tables (our error values) as they are; adds a traceback to the rest.
+local function traceback_handler(err)
+  if type(err) == "table" then return err end
+  local tb = trimmed_traceback(err, 2, function() return true end)
+  return tb  -- not a tail call: that would drop this frame and shift `level`
+end
+
+-- For errors in the user's file: only the user's frames (not the strict
+-- environment's __index or error() itself).
+local function user_traceback_handler(err)
+  if type(err) == "table" then return err end
+  local tb = trimmed_traceback(err, 2, function(line)
+    return not (line:find("/smol/", 1, true) or line:find("[C]: in function 'error'", 1, true))
+  end)
+  return tb  -- not a tail call (see above)
 end
 
 local function file_label(file)
@@ -122,7 +138,7 @@ local function load_workflow(opts)
     io.stderr:write("smolwf run: ", err, "\n")
     return nil, 2
   end
-  local result = table.pack(xpcall(chunk, traceback_handler, table.unpack(opts.script_args)))
+  local result = table.pack(xpcall(chunk, user_traceback_handler, table.unpack(opts.script_args)))
   if not result[1] then
     local err = result[2]
     if wf.is_invalid(err) then require("smol.workflow.validate").named(err, file_label(opts.file)) end

@@ -3,7 +3,9 @@
 -- (the observer method's name) and `time` (wall clock, epoch seconds);
 -- step events have `step` (the instance id, e.g. "test[shard=2]").
 -- Output chunks carry `text` when they are valid UTF-8, else `base64`
--- (the raw bytes), so no byte of a step's output is lost or mangled.
+-- (the raw bytes), so no byte of a step's output is lost or mangled. Every
+-- other string is valid UTF-8 (bad bytes become U+FFFD), and error and log
+-- messages lose the colour escapes and control bytes a command wrote.
 local core = require "smol.core"
 local jsontext = require "smol.workflow.jsontext"
 

@@ -87,11 +87,17 @@ local function note_of(inst)
   return note .. ": " .. msg
 end
 
+-- The id as shown in the live view: at most max_id characters, cut in
+-- the middle so that long ids sharing a prefix stay told apart.
+local function shown_id(inst, max_id)
+  local id = text.terminal_line(tostring(inst.id))
+  return max_id and text.truncate_middle(id, max_id) or id
+end
+
 -- The finished line of an instance, shared by both views:
 -- "✗ test[shard=2]  880ms  2 attempts  exit 2: message".
-local function finished_line(inst, color)
-  local parts = {text.paint(text.mark(inst.status), text.sgr[inst.status], color),
-                 text.terminal_line(tostring(inst.id))}
+local function finished_line(inst, color, max_id)
+  local parts = {text.paint(text.mark(inst.status), text.sgr[inst.status], color), shown_id(inst, max_id)}
   if text.ran(inst) then parts[#parts + 1] = text.duration(inst.duration) end
   local tries = text.attempts_label(inst)
   if tries ~= "" then parts[#parts + 1] = tries end
@@ -219,8 +225,8 @@ function Live:step_finished(_, inst)
   end
   self.state[inst] = nil
   -- Cut to the width: a wrapped line would scroll the live block apart.
-  self.finished[#self.finished + 1] = text.truncate_styled(finished_line(inst, self.color),
-    math.max(self.width() - 1, 20))
+  local width = math.max(self.width() - 1, 20)
+  self.finished[#self.finished + 1] = text.truncate_styled(finished_line(inst, self.color, width // 2), width)
 end
 
 function Live:ensure_ticking()
@@ -242,7 +248,7 @@ function Live:live_line(inst, now, frame, width)
   local elapsed = inst.started_at and now - inst.started_at
   -- Two spaces after the spinner, as after a finished line's mark: the ids line up.
   local head = string.format("%s  %s  %s", text.paint(SPINNER[frame], "36", self.color),
-    text.terminal_line(tostring(inst.id)), text.duration(elapsed))
+    shown_id(inst, width // 2), text.duration(elapsed))
   if st.attempt > 1 then head = head .. "  attempt " .. st.attempt end
   local tail = st.note or st.line
   local plain_width = text.width(text.strip_ansi(head))

@@ -1,7 +1,8 @@
 -- report.html: one self-contained page (inline CSS and SVG, no script, no
 -- external URL, so it opens offline and from a CI artifact store) with the
--- run's result, a Gantt timeline of the steps, the summary table, and each
--- step's stdout/stderr in a collapsible <details>, HTML-escaped.
+-- run's result (and the sandbox it got), a Gantt timeline of the steps, the
+-- summary table, and each step's artifacts (links relative to the report
+-- directory) and stdout/stderr in a collapsible <details>, HTML-escaped.
 local text = require "smol.workflow.text"
 local gantt = require "smol.workflow.gantt"
 local reportdir = require "smol.workflow.reportdir"

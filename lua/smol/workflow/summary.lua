@@ -1,6 +1,9 @@
 -- The end-of-run summary table: one row per step instance (mark, id,
 -- status, duration, attempts, exit code, first line of the error), then a
--- line with the result and counts, and where the report is.
+-- line with the result and counts, and where the report is. Given a width
+-- (by default the terminal's, when stdout is one) the table fits it: the
+-- columns stay whole, ids are cut in the middle if need be, and the note
+-- wraps in its column or, when that is too narrow, below its row.
 local core = require "smol.core"
 local text = require "smol.workflow.text"
 
@@ -15,6 +18,7 @@ local MAX_NOTE = 72
 -- With a width, the note column is at least this wide, else notes go on
 -- lines of their own below their row.
 local MIN_NOTE = 16
+local MAX_NOTE_LINES = 3
 -- Ids are never cut below this many characters to make the table fit.
 local MIN_STEP = 8
 local SEP = "  "
@@ -80,6 +84,19 @@ local function paint_mark(line, row, opts)
   return text.paint(row[1], text.sgr[row.status], true) .. line:sub(#row[1] + 1)
 end
 
+-- A note wrapped to width, at most MAX_NOTE_LINES lines (the last marked
+-- "…" when some was left out: the report has it all).
+local function note_lines(note, width)
+  -- Only what can show is wrapped: a huge one-line error stays cheap.
+  local parts = text.wrap(text.truncate(note, width * (MAX_NOTE_LINES + 1)), width)
+  if #parts <= MAX_NOTE_LINES then return parts end
+  local kept = table.move(parts, 1, MAX_NOTE_LINES, 1, {})
+  local last = kept[MAX_NOTE_LINES]
+  if utf8.len(last) >= width then last = last:sub(1, utf8.offset(last, width) - 1) end
+  kept[MAX_NOTE_LINES] = last .. "…"
+  return kept
+end
+
 -- The lines of one row: the cells, then its note beside them (wrapped in
 -- the note column) or below them (indented under the step).
 local function format_row(row, layout, opts)
@@ -90,9 +107,9 @@ local function format_row(row, layout, opts)
     lines[1] = line
   elseif layout.note_below then
     lines[1] = line
-    for _, part in ipairs(text.wrap(note, layout.note_below)) do lines[#lines + 1] = "   " .. part end
+    for _, part in ipairs(note_lines(note, layout.note_below)) do lines[#lines + 1] = "   " .. part end
   else
-    local parts = layout.note_width and text.wrap(note, layout.note_width) or {note}
+    local parts = layout.note_width and note_lines(note, layout.note_width) or {note}
     local indent = string.rep(" ", text.width(line) + #SEP)
     lines[1] = line .. SEP .. parts[1]
     for i = 2, #parts do lines[i] = indent .. parts[i] end
