@@ -45,7 +45,7 @@ describe("workflow report.html", function()
   local dir, run, html
   before_each(function()
     dir = helpers.tmpdir()
-    run = workflow_run.play(dir, {logs.new()})
+    run = workflow_run.play(dir, {logs.new()}, {artifact_files = true})
     assert.are.equal(dir .. "/report.html", report_html.write(run))
     html = helpers.read(dir .. "/report.html")
   end)
