@@ -75,6 +75,16 @@ describe("workflow progress, plain lines", function()
     assert.are.same({"[s] err", "[s] abcdef", "[s] xyz", "✓  s  1.0s"}, plain_lines(out:text()))
   end)
 
+  it("cleans escapes, tabs and control bytes from a many-line chunk, keeping empty lines", function()
+    local out = helpers.sink()
+    local obs = progress.new({out = out, live = false, summary = false})
+    local inst = {id = "100%", status = "running", attempts = {{}}}
+    obs:step_output({instances = {inst}}, inst, "stdout",
+      "\27[31mred\27[0m\tx\r\n\n\1bell\255\nplain\n")
+    assert.are.same({"[100%] red  x", "[100%] ", "[100%] bell\u{FFFD}", "[100%] plain"},
+      plain_lines(out:text()))
+  end)
+
   it("does not hold a huge line without a newline in memory", function()
     local out = helpers.sink()
     local obs = progress.new({out = out, live = false, summary = false})

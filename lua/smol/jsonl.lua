@@ -93,6 +93,18 @@ local function basename(path)
   return (tostring(path):match("([^/]+)/*$")) or tostring(path)
 end
 
+--[[
+How messages name a provider program: the bundled one by its name,
+`smolwf-provider`, since its path (a build or install directory) is long
+and would push the cause of an error out of a narrow column; any other
+program as given. Error values keep the full path in their `program` field.
+]]
+function jsonl.label(program)
+  local bundled = core.bundled_provider and core.bundled_provider()
+  if bundled and program == bundled then return basename(bundled) end
+  return program
+end
+
 -- A decoder of our own: depth-capped, without touching the shared cjson
 -- module's settings that other code may rely on.
 local function new_codec(max_depth)
@@ -124,10 +136,20 @@ crashes halfway through writing a line does (its cut line is garbage
 only because it crashed).
 ]]
 function Conn:break_connection(message)
+  self:give_up(errors.new{code = "protocol", program = self.program,
+    message = ("provider `%s` %s"):format(self.label, message)}, message)
+end
+
+--[[
+The connection is given up (broken protocol, or a deadline the caller
+decided was fatal, e.g. `open` never answered): no more requests go out,
+the provider gets TERM, then KILL after the grace. Pending requests fail
+with `failure` once it has exited (see exit_failure); `because` says what
+happened, in a provider_exited message when it died on its own meanwhile.
+]]
+function Conn:give_up(failure, because)
   if self.state ~= "running" then return end
-  self.state, self.broken_because = "broken", message
-  self.failure = errors.new{code = "protocol", program = self.program,
-    message = ("provider `%s` %s"):format(self.program, message)}
+  self.state, self.broken_because, self.failure = "broken", because, failure
   self.proc:close_stdin()
   self.proc:kill("TERM")
   self:arm_kill_timer()
@@ -153,7 +175,7 @@ end
 function Conn:exit_failure(code, signal)
   local ended_by_us = signal == "TERM" or signal == "KILL"
   if self.state == "broken" and ended_by_us then return self.failure end
-  local message = ("provider `%s` %s"):format(self.program, describe_exit(code, signal))
+  local message = ("provider `%s` %s"):format(self.label, describe_exit(code, signal))
   if self.broken_because then message = message .. " (after it " .. self.broken_because .. ")" end
   return errors.new{code = "provider_exited", program = self.program,
     exit_code = code, signal = signal, message = message}
@@ -177,10 +199,15 @@ function Conn:route(id, msg)
   local req = self.pending[id]
   local terminal = msg.result ~= nil or msg.error ~= nil
   if not req then
-    if not self.abandoned[id] then
+    local late = self.abandoned[id]
+    if not late then
       return self:break_connection(("sent a reply for unknown request id %s"):format(cjson.encode(id)))
     end
-    if terminal then self.abandoned[id] = nil end
+    if terminal then
+      self.abandoned[id] = nil
+      -- on the read callback: on_late must not yield, and its error must not escape
+      if type(late) == "function" then pcall(late, msg) end
+    end
     return
   end
   if not terminal and msg.event == nil then
@@ -308,7 +335,7 @@ function jsonl.start(program, opts)
   end
   connections = connections + 1
   local conn = setmetatable({
-    program = program, name = basename(program), number = connections,
+    program = program, name = basename(program), label = jsonl.label(program), number = connections,
     max_line = opts.max_line_bytes or jsonl.DEFAULT_MAX_LINE,
     codec = new_codec(opts.max_depth or jsonl.DEFAULT_MAX_DEPTH),
     pending = {}, abandoned = {}, next_id = 1, state = "running",
@@ -364,11 +391,13 @@ function Conn:send_request(method, params)
   return id, queue
 end
 
--- The waiter gave up on request id: drop its later lines.
-function Conn:abandon(id)
+-- The waiter gave up on request id: drop its later lines. on_late(msg),
+-- if given, gets its terminal line should it still come (e.g. to close a
+-- session whose `open` was answered after its deadline); it must not yield.
+function Conn:abandon(id, on_late)
   if self.pending[id] then
     self.pending[id] = nil
-    self.abandoned[id] = true
+    self.abandoned[id] = on_late or true
   end
 end
 
@@ -398,7 +427,8 @@ local function arm_timeout(conn, method, queue, seconds)
   if not seconds then return nil end
   return core.timer(seconds, function()
     queue:push({failure = errors.new{code = "timeout", method = method, program = conn.program,
-      message = ("provider `%s` did not answer `%s` within %g s"):format(conn.program, method, seconds)}})
+      seconds = seconds,
+    message = ("provider `%s` did not answer `%s` within %g s"):format(conn.label, method, seconds)}})
   end)
 end
 
@@ -406,15 +436,19 @@ end
 Sends a request and waits for its terminal line; returns the result table
 or raises the error value (the provider's error code, "protocol",
 "provider_exited", "timeout", or whatever on_event or a cancel raised).
-opts.timeout: seconds to wait for the terminal line.
+opts.timeout: seconds to wait for the terminal line (math.huge: no limit).
+opts.on_late(msg): see Conn:abandon; for a request given up on (timeout,
+cancel) whose terminal line comes later.
 ]]
 function Conn:request(method, params, on_event, opts)
+  opts = opts or {}
   local id, queue = self:send_request(method, params)
-  local timer = arm_timeout(self, method, queue, opts and opts.timeout)
+  local timeout = opts.timeout ~= math.huge and opts.timeout or nil
+  local timer = arm_timeout(self, method, queue, timeout)
   local ok, result = pcall(await, self, method, queue, on_event)
   if timer then timer:stop() end
   if not ok then
-    self:abandon(id)
+    self:abandon(id, opts.on_late)
     error(result, 0)
   end
   return result

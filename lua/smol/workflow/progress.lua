@@ -111,8 +111,18 @@ M.finished_line = finished_line
 local Plain = {}
 Plain.__index = Plain
 
+-- "[id] ", cleaned once per instance: it prefixes every line of its output.
+function Plain:prefix(inst)
+  local p = self.prefixes[inst]
+  if not p then
+    p = "[" .. text.terminal_line(tostring(inst.id)) .. "] "
+    self.prefixes[inst] = p
+  end
+  return p
+end
+
 function Plain:line(inst, s)
-  self.out:write("[", text.terminal_line(tostring(inst.id)), "] ", s, "\n")
+  self.out:write(self:prefix(inst), s, "\n")
 end
 
 function Plain:run_started(run)
@@ -134,8 +144,9 @@ function Plain:step_output(_, inst, stream, chunk)
   local key = tostring(inst.id) .. "\0" .. stream
   local buf = (self.partial[key] or "") .. chunk
   local last_nl = chunk:find("\n", 1, true) and buf:match(".*()\n") or 0
-  for line in buf:sub(1, last_nl):gmatch("([^\n]*)\n") do
-    self:line(inst, text.terminal_line(line))
+  if last_nl > 0 then
+    local prefix = self:prefix(inst):gsub("%%", "%%%%")
+    self.out:write((text.terminal_lines(buf:sub(1, last_nl)):gsub("[^\n]*\n", prefix .. "%0")))
   end
   local rest = buf:sub(last_nl + 1)
   if #rest > MAX_PARTIAL then self:line(inst, text.terminal_line(rest)); rest = "" end
@@ -357,7 +368,7 @@ function M.new(opts)
   end
   local self = {out = opts.out or io.stdout, summary = opts.summary == true}
   if not live then
-    self.partial = {}
+    self.partial, self.prefixes = {}, setmetatable({}, {__mode = "k"})
     return setmetatable(self, Plain)
   end
   self.color = opts.color ~= false
