@@ -101,14 +101,39 @@ local function can_login(env)
   return r.exit_code == 0, r.stderr
 end
 
-local function provider_pids()
+local function parent_of(pid)
+  local f = io.open("/proc/" .. pid .. "/stat")
+  if not f then return nil end
+  local stat = f:read("a")
+  f:close()
+  return stat:match("^%d+ %b() %S+ (%d+)")   -- the name in parentheses may hold spaces
+end
+
+local function descends_from(pid, ancestor)
+  local p = pid
+  for _ = 1, 64 do
+    p = parent_of(p)
+    if not p or p == "0" then return false end
+    if p == ancestor then return true end
+  end
+  return false
+end
+
+local function is_provider(pid)
+  local f = io.open("/proc/" .. pid .. "/cmdline")
+  if not f then return false end
+  local cmdline = f:read("a")
+  f:close()
+  return cmdline == core.bundled_provider() .. "\0serve\0"
+end
+
+-- Bundled providers started under this test's sshd (other spec files may run
+-- their own providers at the same time: ctest runs files side by side).
+local function provider_pids(sshd_pid)
   local pids = {}
-  local pattern = core.bundled_provider() .. "\0serve\0"
   for pid in lfs.dir("/proc") do
-    local f = pid:match("^%d+$") and io.open("/proc/" .. pid .. "/cmdline")
-    if f then
-      if f:read("a") == pattern then pids[pid] = true end
-      f:close()
+    if pid:match("^%d+$") and is_provider(pid) and descends_from(pid, sshd_pid) then
+      pids[pid] = true
     end
   end
   return pids
@@ -143,7 +168,8 @@ describe("the SSH forwarding provider (scripts/ssh_provider.lua)", function()
   it("runs commands and file operations on the other side", function()
     local program = ssh_program(env, sshd.port)
     finally(function() sandbox.shutdown(program); server.remove_programs(program) end)
-    local before = provider_pids()
+    local sshd_pid = tostring(env.sshd.proc.pid)
+    local before = provider_pids(sshd_pid)
     local sb = sandbox.open{program = program, profile = "local/default", workspace = ws}
     local r = sb:exec{"sh", "-c", "cat hello.txt; echo $PPID >&2"}
     assert.exec_ok(r)
@@ -157,7 +183,7 @@ describe("the SSH forwarding provider (scripts/ssh_provider.lua)", function()
     assert.matches("Accepted publickey", table.concat(sshd.log, "\n"), 1, true)
     -- the remote provider is a new process started by sshd, not by us
     local remote = {}
-    for pid in pairs(provider_pids()) do
+    for pid in pairs(provider_pids(sshd_pid)) do
       if not before[pid] then remote[#remote + 1] = pid end
     end
     assert.same(1, #remote)
@@ -165,8 +191,8 @@ describe("the SSH forwarding provider (scripts/ssh_provider.lua)", function()
     sandbox.shutdown(program)
     -- nothing left: the remote provider goes away with the connection
     local deadline = core.now() + 5
-    while provider_pids()[remote[1]] and core.now() < deadline do task.sleep(0.02) end
-    assert.is_nil(provider_pids()[remote[1]], "the remote provider outlived the session")
+    while is_provider(remote[1]) and core.now() < deadline do task.sleep(0.02) end
+    assert.is_false(is_provider(remote[1]), "the remote provider outlived the session")
   end)
 
   it("turns a lost connection into io_error naming the destination", function()

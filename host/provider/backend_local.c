@@ -137,8 +137,8 @@ static int local_signal(session *s, proc *p, int signo) {
 ** Kills every group the session ever started (grandchildren left behind
 ** by an exited command included) and returns once they are gone (or
 ** CLOSE_WAIT_MS passed), with our own children reaped, so that `close`
-** answers only when nothing of the session runs. The watchers stay to
-** close their pidfds (their waitpid then finds nothing), without the proc.
+** answers only when nothing of the session runs. The watchers stay, without
+** the proc, to reap a child still dying at the deadline and close their pidfds.
 */
 static void local_close(session *s) {
   for (size_t i = 0; i < s->ngroups; i++) kill(-s->groups[i], SIGKILL);

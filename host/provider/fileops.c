@@ -108,6 +108,7 @@ static uint64_t replaced_bytes(const resolved *p, bool append) {
 */
 static bool disk_allows(request *r, const session *s, const resolved *p, size_t len, bool append) {
   uint64_t used = 0, cap = 0;
+  if (!s->profile->limits.disk_bytes) return true;   /* no allowance: no walk */
   if (disk_watch_allows_write(s, len, replaced_bytes(p, append), &used, &cap)) return true;
   reply_error(r, "limit_exceeded", "write_file `%s`: writing %zu bytes would take the session past its disk cap "
               "of %llu bytes (its files take %llu now; profile `%s`); remove files first", p->given, len,

@@ -3,7 +3,8 @@ smol.errors: the one structured error value raised by the sandbox client.
 
 A provider error, a failed file operation or a protocol failure raises a
 table {code, message, op, path} whose __tostring reads like the original
-engine's anyhow context chain:
+engine's anyhow context chain (naming path by the optional field `label`
+when one is set: a short name for a long path):
 
   failed to read sandbox file `dir/a.bin`: not_found: no such file
 
@@ -51,7 +52,7 @@ function errors.context(op, path)
 end
 
 function Error:__tostring()
-  local head = errors.context(self.op, self.path)
+  local head = errors.context(self.op, self.label or self.path)
   local body = tostring(self.code) .. ": " .. tostring(self.message)
   return head and (head .. ": " .. body) or body
 end
@@ -79,11 +80,14 @@ end
 
 -- Returns a copy of e with op and path set where e has none: the request
 -- layer knows the code and message, the sandbox layer knows the op.
-function errors.with_context(e, op, path)
+-- label, when given, is how the context names path (a short name for a
+-- long one, e.g. `smolwf-provider` for its full path); path stays as is.
+function errors.with_context(e, op, path, label)
   if not errors.is(e) then return e end
   if e.op then return e end
   local copy = errors.new(e)
   copy.op, copy.path = op, path
+  if label ~= path then copy.label = label end
   return copy
 end
 

@@ -2,7 +2,7 @@
 smol.sandbox: sandbox sessions served by provider programs (issue 2's API).
 
   local sb = sandbox.open{program =, profile =, workspace =, cwd =, group =,
-                          max_line_bytes =, max_depth =}
+                          open_timeout =, max_line_bytes =, max_depth =}
   sb:exec{argv..., cwd =, env =, stdin =, timeout =, idle_timeout =,
           capture =, max_output_bytes =, on_stdout =, on_stderr =, on_event =}
   sb:spawn{...} -> process (p:wait(), p:kill(), p:write(), p:close_stdin())
@@ -29,6 +29,13 @@ local sandbox = {
   max_line_bytes = jsonl.DEFAULT_MAX_LINE,  -- default line cap for new providers
   max_depth = jsonl.DEFAULT_MAX_DEPTH,      -- default JSON nesting cap
   exit_grace = 2,                           -- seconds each exit-time close/shutdown may take
+  -- Seconds `open` may take (math.huge: no limit). `open` copies the
+  -- workspace, which for a big tree (node_modules, build output: many GB or
+  -- hundreds of thousands of files) legitimately takes tens of seconds; 120 s
+  -- leaves room for that and still ends a provider that never answers.
+  open_timeout = 120,
+  -- Per-stream cap of exec's captured stdout/stderr when none is given.
+  max_output_bytes = 64 * 1024 * 1024,
 }
 
 local null = cjson.null
@@ -168,6 +175,10 @@ local function check_open_opts(opts)
       error(("sandbox.open: option %s must be a positive integer"):format(k), 3)
     end
   end
+  local t = opts.open_timeout
+  if t ~= nil and (type(t) ~= "number" or not (t > 0)) then
+    error("sandbox.open: option open_timeout must be a positive number of seconds", 3)
+  end
 end
 
 local function new_session(conn, session, program)
@@ -184,6 +195,39 @@ local function new_session(conn, session, program)
   return sb
 end
 
+-- True when some open session, or a request other than ours, uses conn.
+local function in_use(conn)
+  if next(conn.pending) ~= nil then return true end
+  for sb in pairs(open_sessions) do
+    if sb._conn == conn then return true end
+  end
+  return false
+end
+
+--[[
+`open` missed its deadline. A provider nobody else uses is given up: TERM,
+then KILL, and open returns only once it has exited, so nothing is left
+running. A provider that serves other sessions keeps serving them (it may
+be slow, not stuck: e.g. copying another big workspace); should it answer
+this `open` later, the session it made is closed at once (on_late).
+]]
+local function give_up_open(conn, err)
+  if in_use(conn) then return end
+  for key, c in pairs(pool) do
+    if c == conn then pool[key] = nil end
+  end
+  conn:give_up(err, ("did not answer `open` within %g s"):format(err.seconds or 0))
+  conn:wait_exit()
+end
+
+local function close_late_session(conn)
+  return function(msg)
+    if type(msg.result) == "table" and conn:alive() then
+      conn:notify("close", codec.encode(msg.result))
+    end
+  end
+end
+
 function sandbox.open(opts)
   opts = opts or {}
   check_open_opts(opts)
@@ -196,8 +240,12 @@ function sandbox.open(opts)
     workspace_sync = {host_path = opts.workspace or "."},
     cwd = opts.cwd or null,
   }
-  local ok, session = pcall(conn.request, conn, "open", params)
-  if not ok then error(errors.with_context(session, "open", program), 0) end
+  local ok, session = pcall(conn.request, conn, "open", params, nil,
+    {timeout = opts.open_timeout or sandbox.open_timeout, on_late = close_late_session(conn)})
+  if not ok then
+    if errors.is(session, "timeout") then give_up_open(conn, session) end
+    error(errors.with_context(session, "open", program, conn.label), 0)
+  end
   return new_session(conn, session, program)
 end
 
@@ -322,8 +370,34 @@ end
 
 local KNOWN_EVENTS = {started = true, stdout = true, stderr = true, exited = true, dropped = true}
 
+--[[
+exec's captured output, built from its events (sessions announcing
+"output_limit"): the provider is asked for no copy of its own
+(max_output_bytes = 0), so a big output is not held again as one huge
+result line, its Lua string and its decoded copy, and crosses the pipe
+once. Each stream keeps its first `limit` bytes, and is truncated exactly
+when the command wrote more, as the provider's copy would be.
+]]
+local function new_capture(limit)
+  return {limit = limit, stdout = {n = 0}, stderr = {n = 0}}
+end
+
+local function capture_chunk(capture, kind, data)
+  local stream = capture[kind]
+  local room = capture.limit - stream.n
+  if #data > room then
+    stream.truncated = true
+    data = data:sub(1, room)
+  end
+  if data ~= "" then
+    stream[#stream + 1] = data
+    stream.n = stream.n + #data
+  end
+end
+
 -- Returns the event handler for a process request: validates each event,
--- decodes its data, and hands it to the caller's callbacks in order.
+-- decodes its data, and hands it to the caller's callbacks in order (and
+-- to state.capture, when output is captured from events).
 local function event_handler(callbacks, state)
   return function(ev)
     if type(ev) ~= "table" then protocol_error("sandbox exec event is not a JSON object") end
@@ -336,6 +410,7 @@ local function event_handler(callbacks, state)
       -- the private key goes, so on_event sees a plain event table
       ev.data = ev[jsonl.PAYLOAD] or decode_b64(ev.data_base64, "sandbox exec event contained invalid base64 data")
       ev[jsonl.PAYLOAD] = nil
+      if state.capture then capture_chunk(state.capture, kind, ev.data) end
     elseif kind == "started" then
       state.process_id = str(ev.process_id)
     end
@@ -345,6 +420,8 @@ local function event_handler(callbacks, state)
   end
 end
 
+-- capture: false (no output kept), an event capture (see new_capture),
+-- or nil: the result's own copy (part-1 providers, wait).
 local function build_result(r, capture)
   local out = {
     exit_code = int(r.exit_code) or -1, signal = str(r.signal), timed_out = str(r.timed_out),
@@ -352,7 +429,10 @@ local function build_result(r, capture)
     stderr_truncated = r.stderr_truncated == true or nil,
     running = r.running == true or nil,
   }
-  if capture ~= false then
+  if capture then
+    out.stdout, out.stderr = table.concat(capture.stdout), table.concat(capture.stderr)
+    out.stdout_truncated, out.stderr_truncated = capture.stdout.truncated, capture.stderr.truncated
+  elseif capture == nil then
     out.stdout = decode_b64(r.stdout_base64, "sandbox exec returned invalid base64 stdout")
     out.stderr = decode_b64(r.stderr_base64, "sandbox exec returned invalid base64 stderr")
   end
@@ -361,7 +441,7 @@ local function build_result(r, capture)
 end
 
 local OPTION_TYPES = {cwd = "string", stdin = "string", timeout = "number", idle_timeout = "number",
-  max_output_bytes = "number", capture = "boolean", env = "table",
+  max_output_bytes = "integer", capture = "boolean", env = "table",
   on_stdout = "function", on_stderr = "function", on_event = "function"}
 
 local function check_options(spec, op)
@@ -369,7 +449,9 @@ local function check_options(spec, op)
     local want = type(k) == "string" and OPTION_TYPES[k]
     if type(k) == "string" and not want then
       error(("sandbox: %s: unknown option %q"):format(op, k), 4)
-    elseif want and type(v) ~= want then
+    elseif want == "integer" and (math.type(v) ~= "integer" or v < 0) then
+      error(("sandbox: %s: option %s must be a non-negative integer, got %s"):format(op, k, tostring(v)), 4)
+    elseif want and want ~= "integer" and type(v) ~= want then
       error(("sandbox: %s: option %s must be a %s, got %s"):format(op, k, want, type(v)), 4)
     end
   end
@@ -403,9 +485,17 @@ function Session:process_fields(spec, argv, op)
     fields.idle_timeout_ms = spec.idle_timeout and math.floor(spec.idle_timeout * 1000 + 0.5) or nil
   end
   if caps.output_limit and op == "exec" then
-    fields.max_output_bytes = spec.capture == false and 0 or spec.max_output_bytes
+    fields.max_output_bytes = 0   -- no copy in the result: see new_capture
   end
   return fields, raw
+end
+
+-- How exec's output is captured: false (not at all), an event capture
+-- (sessions announcing "output_limit"), or nil (the result's copy).
+function Session:exec_capture(spec)
+  if spec.capture == false then return false end
+  if not self.capabilities.output_limit then return nil end
+  return new_capture(spec.max_output_bytes or sandbox.max_output_bytes)
 end
 
 -- After a failed process request: a cancelled waiter kills what it started.
@@ -417,8 +507,8 @@ function Session:kill_on_cancel(err, state)
   end
 end
 
-function Session:process_request(method, spec, fields, raw, argv)
-  local state = {}
+function Session:process_request(method, spec, fields, raw, argv, capture)
+  local state = {capture = capture or nil}
   local ok, r = pcall(self.call, self, method, fields,
     {raw = raw, op = method, path = argv[1], on_event = event_handler(spec, state)})
   if not ok then
@@ -432,8 +522,9 @@ function Session:exec(spec)
   check_open(self, "exec")
   local argv = check_argv(spec, "exec")
   local fields, raw = self:process_fields(spec, argv, "exec")
-  local r, state = self:process_request("exec", spec, fields, raw, argv)
-  local ok, result = pcall(build_result, r, spec.capture)
+  local capture = self:exec_capture(spec)
+  local r, state = self:process_request("exec", spec, fields, raw, argv, capture)
+  local ok, result = pcall(build_result, r, capture)
   if not ok then error(errors.with_context(result, "exec", argv[1]), 0) end
   result.process_id, result.argv = state.process_id, argv
   return result
@@ -472,7 +563,7 @@ function Process:wait(opts)
     on_event = opts.on_event or self._callbacks.on_event}
   local fields = {timeout_ms = opts.timeout and math.floor(opts.timeout * 1000 + 0.5) or nil}
   local r = self:request("wait", fields, {on_event = event_handler(callbacks, {})})
-  local ok, result = pcall(build_result, r, opts.capture)
+  local ok, result = pcall(build_result, r, opts.capture == false and false or nil)
   if not ok then error(errors.with_context(result, "wait", self.process_id), 0) end
   result.argv = table.move(self.argv, 1, #self.argv, 1, {})
   return result
