@@ -222,6 +222,13 @@ describe("smol.conformance", function()
       local waited = core.now() - t0
       assert.is_true(waited >= 0.098, "gave up after " .. waited .. "s")
     end)
+
+    it("sleeps in the loop while it waits instead of spinning", function()
+      local cpu0 = os.clock()
+      wire.wait_until(function() return false end, 0.5)
+      local cpu = os.clock() - cpu0
+      assert.is_true(cpu < 0.2, ("spent %.2f s of CPU in a 0.5 s wait"):format(cpu))
+    end)
   end)
 
   describe("run()", function()

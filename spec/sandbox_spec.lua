@@ -1,6 +1,7 @@
 -- smol.sandbox: sessions, processes and files against fake and real providers.
 -- Runs inside the host: /path/to/smolwf /usr/bin/busted --ignore-lua spec/sandbox_spec.lua
 local sandbox = require "smol.sandbox"
+local jsonl = require "smol.jsonl"
 local core = require "smol.core"
 local task = require "smol.task"
 local errors = require "smol.errors"
@@ -148,6 +149,22 @@ describe("smol.sandbox", function()
       sb = sandbox.open{program = FAULT, workspace = ws}
     end)
 
+    it("captures exec output from the events, capped per stream as the provider would cap it", function()
+      -- the fixture's result copy ignores max_output_bytes and always holds
+      -- the whole output: only a capture built from the events is capped
+      local r = sb:exec{"hello", "world", max_output_bytes = 5}
+      assert.same({"hello", true, "", nil}, {r.stdout, r.stdout_truncated, r.stderr, r.stderr_truncated})
+      assert.equal(0, params_of(ws, "exec").max_output_bytes)   -- no copy asked of the provider
+      r = sb:exec{"hello", "world", max_output_bytes = 11}
+      assert.same({"hello world", nil}, {r.stdout, r.stdout_truncated})
+      r = sb:exec{"hello", "world", max_output_bytes = 0}
+      assert.same({"", true}, {r.stdout, r.stdout_truncated})
+      assert.has_error(function() sb:exec{"x", max_output_bytes = -1} end,
+        "sandbox: exec: option max_output_bytes must be a non-negative integer, got -1")
+      assert.has_error(function() sb:exec{"x", max_output_bytes = 1.5} end,
+        "sandbox: exec: option max_output_bytes must be a non-negative integer, got 1.5")
+    end)
+
     it("sends timeouts and capture = false where the session announces them", function()
       local seen = {}
       local r = sb:exec{"x", timeout = 5, idle_timeout = 0.25, capture = false,
@@ -274,6 +291,67 @@ describe("smol.sandbox", function()
         assert.equal(table.concat(got[tag]), out[i])
       end
     end)
+  end)
+
+  describe("open's deadline", function()
+    -- Runs open in a task; returns the task and the connection it uses.
+    local function open_in_task(opts)
+      local t = task.spawn(sandbox.open, opts)
+      assert.is_true(h.wait_until(function() return sandbox.connection(FAULT) ~= nil end))
+      return t, sandbox.connection(FAULT)
+    end
+
+    it("fails with a timeout naming the program and the deadline, and stops a provider nobody else uses", function()
+      local t0 = core.now()
+      local t, conn = open_in_task{program = FAULT, profile = "fault/hang_open", workspace = h.tempdir(),
+                                   open_timeout = 0.3}
+      local e = h.catch(t.join, t)
+      assert.is_true(core.now() - t0 < 15, "open was not bounded")
+      assert.is_true(errors.is(e, "timeout"), tostring(e))
+      assert.equal(("failed to open sandbox session with provider `%s`: timeout: provider `%s` "
+        .. "did not answer `open` within 0.3 s"):format(FAULT, FAULT), tostring(e))
+      assert.same({"open", FAULT, FAULT}, {e.op, e.path, e.program})
+      -- stopped before open returned, and no longer pooled
+      assert.is_not_nil(conn.exit_code)
+      assert.is_false(h.alive(conn.pid))
+      assert.same({}, sandbox.connections())
+    end)
+
+    it("has a module default", function()
+      local saved = sandbox.open_timeout
+      sandbox.open_timeout = 0.2
+      local e = h.catch(sandbox.open, {program = FAULT, profile = "fault/hang_open", workspace = h.tempdir()})
+      sandbox.open_timeout = saved
+      assert.is_true(errors.is(e, "timeout"), tostring(e))
+      assert.matches("within 0%.2 s$", e.message)
+      assert.has_error(function() sandbox.open{program = FAULT, open_timeout = 0} end,
+        "sandbox.open: option open_timeout must be a positive number of seconds")
+    end)
+
+    it("keeps a provider that serves other sessions, and closes the session it answers late", function()
+      local other = sandbox.open{program = FAULT, workspace = h.tempdir()}
+      local conn = sandbox.connection(FAULT)
+      local late_ws = h.tempdir()
+      local e = h.catch(sandbox.open, {program = FAULT, profile = "fault/late_open 1", workspace = late_ws,
+                                       open_timeout = 0.2})
+      assert.is_true(errors.is(e, "timeout"), tostring(e))
+      assert.is_true(conn:alive())
+      assert.equal("x", other:exec{"x"}.stdout)
+      assert.is_true(h.wait_until(function() return params_of(late_ws, "close") ~= nil end))
+      assert.matches("^late_%d+$", params_of(late_ws, "close").id)
+      assert.is_true(conn:alive())
+      other:close()
+    end)
+  end)
+
+  it("names the bundled provider by its name in the context, keeping the path in the fields", function()
+    local bundled = core.bundled_provider()
+    if not bundled then return pending("not built: no smolwf-provider next to smolwf") end
+    local e = h.catch(sandbox.open, {program = bundled, workspace = "/nonexistent/smolwf-spec-ws"})
+    assert.is_true(errors.is(e, "not_found"), tostring(e))
+    assert.matches("^failed to open sandbox session with provider `smolwf%-provider`: not_found: .*"
+      .. "/nonexistent/smolwf%-spec%-ws", tostring(e))
+    assert.same({bundled, bundled}, {e.path, e.program})
   end)
 
   it("fails clearly at open when the provider program does not exist", function()
@@ -441,6 +519,24 @@ describe("smol.sandbox", function()
                           on_stdout = function(c) n = n + #c end}
         assert.equal(3000000, n)
         assert.is_nil(r.stdout)
+      end)
+
+      it_real("captures output from the events: exact bytes, capped per stream, no copy in the result", function()
+        local r = sb:exec{"sh", "-c", "printf 0123456789; printf abc >&2", max_output_bytes = 4}
+        assert.same({"0123", true, "abc", nil}, {r.stdout, r.stdout_truncated, r.stderr, r.stderr_truncated})
+        r = sb:exec{"sh", "-c", "printf 0123456789", max_output_bytes = 10}
+        assert.same({"0123456789", nil}, {r.stdout, r.stdout_truncated})
+        local lines = {}
+        local remove = jsonl.observe(function(dir, _, line)
+          if dir == "send" and line:find('"method":"exec"', 1, true) then lines.exec = line end
+          if dir == "recv" and line:find('"result"', 1, true) then lines.result = line end
+        end)
+        local ok, big = pcall(sb.exec, sb, {"sh", "-c", "head -c 3000000 /dev/zero"})
+        remove()
+        assert(ok, tostring(big))
+        assert.equal(string.rep("\0", 3000000), big.stdout)
+        assert.matches('"max_output_bytes":0', lines.exec)
+        assert.is_true(#lines.result < 1000, "the result carried a copy: " .. #lines.result .. " bytes")
       end)
 
       it_real("hands long binary output over intact, and plain event tables to on_event", function()

@@ -54,13 +54,20 @@ function wire.wait_until(pred, seconds, poll)
   poll = poll or wire.POLL
   local expired = false
   local timer = core.timer(seconds, function() expired = true end)
+  -- A new tick only once the last one fired: stopping an unfired timer
+  -- leaves a close pending, which makes the next run_once return at once,
+  -- so a tick per turn would spin the loop instead of sleeping in it.
+  local tick, ticked = nil, true
   local ok, err = pcall(function()
     while not pred() and not expired do
-      local tick = core.timer(poll, function() end)
+      if ticked then
+        ticked = false
+        tick = core.timer(poll, function() ticked = true end)
+      end
       core.run_once()
-      tick:stop()
     end
   end)
+  if tick then tick:stop() end
   timer:stop()
   if not ok then error(err, 0) end
   return pred()
