@@ -2,6 +2,7 @@
 local core = require "smol.core"
 local task = require "smol.task"
 local lfs = require "lfs"
+local fs = require "smol.fs"
 local h = dofile("spec/fixtures/helpers.lua")
 
 local EXE = core.exe_path()
@@ -41,20 +42,10 @@ local function smolwf(args, opts)
   return {code = code, signal = sig, out = table.concat(out, "\n"), err = table.concat(err)}
 end
 
-local function write_file(path, text)
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-end
+local write_file = fs.write_file
 
 -- Running (a zombie is dead: an orphan's zombie waits for init here, not for us).
-local function alive(pid)
-  local f = io.open("/proc/" .. pid .. "/stat")
-  if not f then return false end
-  local stat = f:read("a")
-  f:close()
-  return stat:match("^%d+ %b() (%a)") ~= "Z"
-end
+local alive = h.alive
 
 -- Whether pid is gone, given the time a loaded machine may take: a
 -- grandchild the host KILLed dies when it is next scheduled, and nobody
@@ -73,7 +64,7 @@ describe("smolwf command line", function()
   end)
 
   after_each(function()
-    os.execute("rm -rf '" .. dir .. "'")
+    fs.remove_tree(dir)
     assert.is_true(h.handles_back_to(baseline), "uv handles left open: " .. core.open_handles() .. " > " .. baseline)
   end)
 

@@ -4,6 +4,7 @@
 -- Runs inside the host: /path/to/smolwf /usr/bin/busted --ignore-lua spec/provider_profiles_spec.lua
 local sandbox = require "smol.sandbox"
 local core = require "smol.core"
+local fs = require "smol.fs"
 local task = require "smol.task"
 local errors = require "smol.errors"
 local cjson = require "cjson"
@@ -11,19 +12,7 @@ local h = dofile("spec/fixtures/helpers.lua")
 
 local PROVIDER = core.bundled_provider()
 
-local function write(path, text)
-  local f = assert(io.open(path, "w"))
-  f:write(text)
-  f:close()
-end
-
-local function read(path)
-  local f = io.open(path)
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read, write = fs.try_read_file, fs.write_file
 
 -- A program that runs the real provider with a profiles file (as --profiles or $SMOLWF_PROFILES).
 local function provider_with(profiles, how)

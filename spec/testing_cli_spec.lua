@@ -2,29 +2,16 @@
 -- updates, --record and --replay. Each case runs the real smolwf on a small
 -- project made in a temp directory.
 local core = require "smol.core"
-local lfs = require "lfs"
+local fs = require "smol.fs"
 local sandbox = require "smol.sandbox"
 local testing = require "smol.testing"
 
 local function write(path, content)
-  local dir = path:match("^(.*)/[^/]*$")
-  local walked = ""
-  for part in dir:gmatch("[^/]+") do
-    walked = walked .. "/" .. part
-    lfs.mkdir(walked)
-  end
-  local f = assert(io.open(path, "w"))
-  f:write(content)
-  f:close()
+  fs.mkdir_p(path:match("^(.*)/[^/]*$"))
+  fs.write_file(path, content)
 end
 
-local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read = fs.try_read_file
 
 local PASSING = [[
 describe("alpha", function()

@@ -1,21 +1,10 @@
 -- testing.golden: golden files with a unified diff on mismatch.
 local core = require "smol.core"
+local fs = require "smol.fs"
 local testing = require "smol.testing"
 local golden = require "smol.testing.golden"
 
-local function read(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
-local function write(path, content)
-  local f = assert(io.open(path, "wb"))
-  f:write(content)
-  f:close()
-end
+local read, write = fs.try_read_file, fs.write_file
 
 local function failure_of(fn, ...)
   local ok, err = pcall(fn, ...)

@@ -4,6 +4,7 @@
 -- directory, an unprivileged user it cannot log in...).
 local core = require "smol.core"
 local lfs = require "lfs"
+local fs = require "smol.fs"
 local task = require "smol.task"
 local sandbox = require "smol.sandbox"
 local server = require "smol.provider_server"
@@ -16,11 +17,7 @@ local function run(argv)
   return sandbox.host{cwd = "/"}:exec(argv)
 end
 
-local function write(path, content)
-  local f = assert(io.open(path, "w"))
-  f:write(content)
-  f:close()
-end
+local write = fs.write_file
 
 local function sshd_config(dir, port)
   return table.concat({
@@ -102,11 +99,8 @@ local function can_login(env)
 end
 
 local function parent_of(pid)
-  local f = io.open("/proc/" .. pid .. "/stat")
-  if not f then return nil end
-  local stat = f:read("a")
-  f:close()
-  return stat:match("^%d+ %b() %S+ (%d+)")   -- the name in parentheses may hold spaces
+  local stat = fs.try_read_file("/proc/" .. pid .. "/stat")
+  return stat and stat:match("^%d+ %b() %S+ (%d+)")   -- the name in parentheses may hold spaces
 end
 
 local function descends_from(pid, ancestor)
@@ -120,11 +114,7 @@ local function descends_from(pid, ancestor)
 end
 
 local function is_provider(pid)
-  local f = io.open("/proc/" .. pid .. "/cmdline")
-  if not f then return false end
-  local cmdline = f:read("a")
-  f:close()
-  return cmdline == core.bundled_provider() .. "\0serve\0"
+  return fs.try_read_file("/proc/" .. pid .. "/cmdline") == core.bundled_provider() .. "\0serve\0"
 end
 
 -- Bundled providers started under this test's sshd (other spec files may run

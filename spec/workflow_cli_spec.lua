@@ -98,7 +98,7 @@ describe("smolwf run", function()
     local cases = {
       { { "run", "/tmp" }, "cannot read /tmp: Is a directory" },
       { { "run", "--report-dir", file .. "/sub", FIX .. "ok.lua" }, "cannot make the report directory: cannot create directory" },
-      { { "run", "--report-dir", "/proc/self", FIX .. "ok.lua" }, "cannot make the report directory: cannot create directory '/proc/self/logs'" },
+      { { "run", "--report-dir", "/proc/self", FIX .. "ok.lua" }, "cannot make the report directory: cannot create directory `/proc/self/logs`" },
       { { "run", "--replay", "/nonexistent.jsonl", FIX .. "ok.lua" }, "%-%-replay /nonexistent%.jsonl: " },
       { { "run", "--record", "/nonexistent/dir/x.jsonl", FIX .. "ok.lua" }, "%-%-record /nonexistent/dir/x%.jsonl: " },
     }

@@ -1,19 +1,7 @@
 -- Shared helpers of the workflow specs (not a spec itself).
-local lfs = require "lfs"
+local fs = require "smol.fs"
 
 local M = {}
-
-function M.rm_rf(path)
-  local mode = lfs.symlinkattributes(path, "mode")
-  if mode == "directory" then
-    for name in lfs.dir(path) do
-      if name ~= "." and name ~= ".." then M.rm_rf(path .. "/" .. name) end
-    end
-    lfs.rmdir(path)
-  elseif mode then
-    os.remove(path)
-  end
-end
 
 -- A fresh directory name under /tmp; removed by cleanup().
 local created = {}
@@ -25,17 +13,12 @@ function M.temp_dir()
 end
 
 function M.cleanup()
-  for _, dir in ipairs(created) do M.rm_rf(dir) end
+  for _, dir in ipairs(created) do fs.remove_tree(dir) end
   created = {}
 end
 
-function M.read(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local s = f:read("a")
-  f:close()
-  return s
-end
+-- The file's content, or nil when it is not there (yet).
+M.read = fs.try_read_file
 
 function M.find(run, id)
   for _, inst in ipairs(run.instances) do if inst.id == id then return inst end end

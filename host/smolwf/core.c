@@ -16,6 +16,7 @@ int luaopen_smol_core(lua_State *L) {
   fs_open(L);
   stdio_open(L);
   tty_open(L);
+  sigint_open(L);
   lua_pushliteral(L, SMOLWF_VERSION);
   lua_setfield(L, -2, "version");
   return 1;

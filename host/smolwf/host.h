@@ -45,7 +45,7 @@ void host_unref(int *ref);            /* luaL_unref on the main state, then LUA_
 int sigint_install(smol_host *h);
 void sigint_disarm(smol_host *h);     /* the exit path took over: no more raising */
 void sigint_close(smol_host *h);
-void sigint_watch(lua_State *co);     /* Ctrl-C also stops this coroutine */
+void sigint_open(lua_State *L);       /* core.resume: resumes a task, watched for Ctrl-C */
 
 /* signals.c: "TERM" <-> SIGTERM */
 int signal_from_name(const char *name); /* -1 when unknown; accepts "TERM" and "SIGTERM" */
@@ -74,7 +74,11 @@ void reader_detach(reader *r);        /* drops the Lua callback; keeps draining 
 void reader_close(reader *r);         /* idempotent; on_closed follows */
 int reader_finished(const reader *r);  /* EOF/error delivered, or closed */
 
-/* write.c: an async write of the Lua string at idx, anchored until written */
+/*
+** write.c: writes the Lua string at idx; what the pipe does not take at
+** once is queued, anchored until written, counted in *pending, and then
+** reported by done(owner, status) (only for such a queued part).
+*/
 typedef void (*write_done_fn)(void *owner, int status);
 int write_anchored(lua_State *L, uv_stream_t *stream, int idx, size_t *pending,
                    void *owner, write_done_fn done);  /* 0 or a UV_E* code */

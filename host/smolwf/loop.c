@@ -71,19 +71,11 @@ static int core_open_handles(lua_State *L) {
   return 1;
 }
 
-/* core.watch_interrupts(co): Ctrl-C stops co too when it spins in Lua (smol.task's coroutines) */
-static int core_watch_interrupts(lua_State *L) {
-  luaL_checktype(L, 1, LUA_TTHREAD);
-  sigint_watch(lua_tothread(L, 1));
-  return 0;
-}
-
 void loop_open(lua_State *L) {
   static const luaL_Reg funcs[] = {
     {"run_once", core_run_once}, {"run_nowait", core_run_nowait},
     {"now", core_now}, {"time", core_time},
     {"report_error", core_report_error}, {"open_handles", core_open_handles},
-    {"watch_interrupts", core_watch_interrupts},
     {NULL, NULL}};
   luaL_setfuncs(L, funcs, 0);
 }

@@ -1,7 +1,11 @@
 /*
-** Async writes of Lua strings (a child's stdin, our stdout). The string is
-** anchored by a registry ref until libuv's callback, so its bytes cannot be
-** collected while the kernel still reads them (STYLE.md pattern 9).
+** Async writes of Lua strings (a child's stdin, our stdout). What the pipe
+** takes at once is written on the spot (uv_try_write): a request line then
+** costs one write(2) and no write request, whose callback would come only
+** in the next loop turn and make a sequential round trip take two turns.
+** The rest is queued with uv_write; the string is anchored by a registry
+** ref until libuv's callback, so its bytes cannot be collected while the
+** kernel still reads them (STYLE.md pattern 9).
 */
 #include "host.h"
 
@@ -27,11 +31,21 @@ static void on_written(uv_write_t *req, int status) {
   if (done) done(owner, status);
 }
 
-int write_anchored(lua_State *L, uv_stream_t *stream, int idx, size_t *pending,
-                   void *owner, write_done_fn done) {
-  size_t len;
-  const char *s = lua_tolstring(L, idx, &len);
-  if (len == 0) return 0;
+/*
+** Bytes written at once, without blocking. uv_try_write refuses (EAGAIN)
+** while earlier writes are queued, which keeps the order. Any error counts
+** as nothing written: uv_write then meets it too and reports it through
+** the done callback, as it always did (EPIPE when the child closed stdin).
+*/
+static size_t write_now(uv_stream_t *stream, const char *s, size_t len) {
+  uv_buf_t buf = uv_buf_init((char *)s, (unsigned)len);
+  int n = uv_try_write(stream, &buf, 1);
+  return n > 0 ? (size_t)n : 0;
+}
+
+/* Queues s[0..len) (the tail of the string at idx), anchoring that string. */
+static int write_queued(lua_State *L, uv_stream_t *stream, int idx, const char *s,
+                        size_t len, size_t *pending, void *owner, write_done_fn done) {
   lua_pushvalue(L, idx);
   int ref = luaL_ref(L, LUA_REGISTRYINDEX);
   write_req *w = malloc(sizeof *w);
@@ -50,4 +64,15 @@ int write_anchored(lua_State *L, uv_stream_t *stream, int idx, size_t *pending,
   }
   *pending += len;
   return 0;
+}
+
+/* done(owner, status) follows only for a part that had to be queued. */
+int write_anchored(lua_State *L, uv_stream_t *stream, int idx, size_t *pending,
+                   void *owner, write_done_fn done) {
+  size_t len;
+  const char *s = lua_tolstring(L, idx, &len);
+  if (len == 0) return 0;
+  size_t written = write_now(stream, s, len);
+  if (written == len) return 0;
+  return write_queued(L, stream, idx, s + written, len - written, pending, owner, done);
 }

@@ -17,6 +17,7 @@
 local cjson = require "cjson"
 local task = require "smol.task"
 local core = require "smol.core"
+local fs = require "smol.fs"
 local schema = require "smol.provider_server.schema"
 
 local M = {}
@@ -342,9 +343,7 @@ local function shell_quote(s)
 end
 
 local function write_executable(path, content)
-  local f = assert(io.open(path, "wb"))
-  f:write(content)
-  f:close()
+  fs.write_file(path, content)
   if not os.execute("chmod 755 " .. shell_quote(path)) then
     error("cannot make " .. path .. " executable", 0)
   end
@@ -369,7 +368,7 @@ end
 function M.program(file, ...)
   local words = {shell_quote(core.exe_path()), "provider", "serve", shell_quote(file)}
   for _, a in ipairs({...}) do words[#words + 1] = shell_quote(tostring(a)) end
-  local dir = assert(core.mkdtemp((os.getenv("TMPDIR") or "/tmp") .. "/smolwf-provider-XXXXXX"))
+  local dir = fs.temp_dir("smolwf-provider")
   local path = dir .. "/provider"
   write_executable(path, "#!/bin/sh\n# `serve` (our $1) is implied\nexec " .. table.concat(words, " ") .. "\n")
   wrappers[#wrappers + 1] = {dir = dir, path = path}

@@ -27,6 +27,11 @@ local M = {}
 
 local SUSPEND = setmetatable({}, {__name = "smol.task.SUSPEND"}) -- yielded by our waits
 local WAKE, CANCEL = {}, {}                                       -- what a wait is resumed with
+local WAKE_VALUES = {WAKE, n = 1}  -- shared: a wake allocates nothing (values are only read)
+
+-- Resumes a task's coroutine; core.resume also lets Ctrl-C stop it while it
+-- runs (a task spinning in Lua), at no cost to the Lua code it runs.
+local resume = core.resume or coroutine.resume
 
 local task_of = setmetatable({}, {__mode = "k"}) -- coroutine -> task
 local live = {}        -- tasks not yet done (the host waits for them at exit)
@@ -56,13 +61,14 @@ end
 
 -- {=================== the ready queue ===================}
 
+-- ready_values[i]: what task i is resumed with, a table.pack'ed list or false (nothing)
 local ready_tasks, ready_values = {}, {}
 local ready_head, ready_tail = 1, 0
 
-local function schedule(t, ...)
+local function schedule(t, values)
   ready_tail = ready_tail + 1
   ready_tasks[ready_tail] = t
-  ready_values[ready_tail] = table.pack(...)
+  ready_values[ready_tail] = values or false
 end
 
 local function has_ready()
@@ -79,11 +85,11 @@ end
 
 -- {=================== finishing and stepping ===================}
 
-local function wake(t, ...)
+local function wake(t)
   if t.status ~= "suspended" then return end
   t.status = "ready"
-  t.cleanup = nil
-  schedule(t, WAKE, ...)
+  t.cleanup, t.cleanup_arg = nil, nil
+  schedule(t, WAKE_VALUES)
 end
 
 local function wake_all(list)
@@ -105,23 +111,30 @@ local function finish(t, ok, ...)
   if t.on_done then t.on_done(t) end
 end
 
+-- (SUSPEND first: the common case, and a finished task's first value is xpcall's boolean)
 local function after_resume(t, resumed, ...)
   if not resumed then                      -- an error outside the task's xpcall
     return finish(t, false, ...)
-  elseif coroutine.status(t.co) == "dead" then
-    return finish(t, ...)                  -- xpcall's ok, then results or the error
   elseif ... == SUSPEND then
     t.status = "suspended"
+  elseif coroutine.status(t.co) == "dead" then
+    return finish(t, ...)                  -- xpcall's ok, then results or the error
   else                                     -- a plain coroutine.yield(): run again next turn
     t.status = "ready"
-    schedule(t)
+    schedule(t, false)
   end
 end
 
 local function step(t, values)
   if t.status == "done" then return end
   t.status = "running"
-  after_resume(t, coroutine.resume(t.co, table.unpack(values, 1, values.n)))
+  if values == WAKE_VALUES then
+    after_resume(t, resume(t.co, WAKE))
+  elseif values then
+    after_resume(t, resume(t.co, table.unpack(values, 1, values.n)))
+  else
+    after_resume(t, resume(t.co))
+  end
 end
 
 -- One scheduler turn: the tasks ready now (those readied meanwhile run next turn).
@@ -136,34 +149,38 @@ local function run_ready()
 end
 
 --[[
-Drives the loop outside any task until ready() is true. With nothing
-ready, nothing in the loop and ready() still false, nothing can ever wake
-us: that is a deadlock, raised rather than spinning or hanging.
+Drives the loop outside any task until ready(obj) is true. With nothing
+ready, nothing in the loop and ready(obj) still false, nothing can ever
+wake us: that is a deadlock, raised rather than spinning or hanging.
+(ready and obj, not a closure: a wait allocates nothing of its own.)
+Tasks still ready after a turn (they yielded plainly) must not starve
+the loop: it is polled without blocking before they run again; with none
+ready, the next run_once polls (and blocks) anyway.
 ]]
-local function drive(ready, what)
-  while not ready() do
+local function drive(ready, obj, what)
+  while not ready(obj) do
     if has_ready() then
       run_ready()
-      if not ready() then core.run_nowait() end
-    elseif not core.run_once() and not has_ready() and not ready() then
+      if has_ready() and not ready(obj) then core.run_nowait() end
+    elseif not core.run_once() and not has_ready() and not ready(obj) then
       error("deadlock: waiting for " .. what .. ", but nothing is left that could wake it", 0)
     end
   end
 end
 
 --[[
-Suspends task t until wake(t) or a cancel. 'cleanup' undoes whatever
+Suspends task t until wake(t) or a cancel. cleanup(arg, t) undoes whatever
 registration would wake it (removes it from a waiter list, stops a timer);
 a cancel runs it and makes this raise the cancelled error.
 ]]
-local function suspend(t, cleanup)
+local function suspend(t, cleanup, arg)
   local pending = t.cancel_err
   if pending then
     t.cancel_err = nil
-    cleanup()
+    cleanup(arg, t)
     error(pending, 0)
   end
-  t.cleanup = cleanup
+  t.cleanup, t.cleanup_arg = cleanup, arg
   local how, err = coroutine.yield(SUSPEND)
   if how == CANCEL then error(err, 0) end
 end
@@ -174,13 +191,13 @@ local function remove_value(list, v)
   end
 end
 
--- Waits until ready(); in a task by joining 'waiters' (the notifier calls wake_all on it).
-local function wait_on(waiters, ready, what)
+-- Waits until ready(obj); in a task by joining 'waiters' (the notifier calls wake_all on it).
+local function wait_on(waiters, ready, obj, what)
   local t = running_task()
-  if t == nil then return drive(ready, what) end
-  while not ready() do
+  if t == nil then return drive(ready, obj, what) end
+  while not ready(obj) do
     waiters[#waiters + 1] = t
-    suspend(t, function() remove_value(waiters, t) end)
+    suspend(t, remove_value, waiters)
   end
 end
 
@@ -193,8 +210,6 @@ local function new_task(fn)
     return err
   end
   t.co = coroutine.create(function(...) return xpcall(fn, capture, ...) end)
-  -- Ctrl-C also stops a task spinning in Lua (absent from hosts built before it)
-  if core.watch_interrupts then core.watch_interrupts(t.co) end
   task_of[t.co] = t
   live[t] = true
   return t
@@ -203,7 +218,7 @@ end
 function M.spawn(fn, ...)
   if type(fn) ~= "function" then error("task.spawn: expected a function", 2) end
   local t = new_task(fn)
-  schedule(t, ...)
+  schedule(t, select("#", ...) > 0 and table.pack(...))
   return t
 end
 
@@ -215,7 +230,7 @@ function Task:join()
   if self == running_task() then error("task:join: a task cannot join itself", 2) end
   self.joined = true
   remove_value(unjoined, self)
-  wait_on(self.joiners, function() return self.status == "done" end, "a task to finish")
+  wait_on(self.joiners, Task.done, self, "a task to finish")
   if not self.ok then error(self.err, 0) end
   return table.unpack(self.results, 1, self.results.n)
 end
@@ -227,11 +242,11 @@ function Task:cancel(reason)
   if self.status == "new" then
     finish(self, false, err)              -- never started: it never will
   elseif self.status == "suspended" then
-    local cleanup = self.cleanup
-    self.cleanup = nil
+    local cleanup, arg = self.cleanup, self.cleanup_arg
+    self.cleanup, self.cleanup_arg = nil, nil
     self.status = "ready"
-    cleanup()
-    schedule(self, CANCEL, err)
+    cleanup(arg, self)
+    schedule(self, {CANCEL, err, n = 2})
   else
     self.cancel_err = err                 -- running or about to resume: raised at its next wait
   end
@@ -255,14 +270,14 @@ function M.sleep(seconds)
   end
   local t = running_task()
   if t == nil then
-    local fired = false
-    local timer = core.timer(seconds, function() fired = true end)
-    local ok, err = pcall(drive, function() return fired end, "task.sleep")
+    local state = {fired = false}
+    local timer = core.timer(seconds, function() state.fired = true end)
+    local ok, err = pcall(drive, function(s) return s.fired end, state, "task.sleep")
     if not ok then timer:stop(); error(err, 0) end
     return
   end
   local timer = core.timer(seconds, function() wake(t) end)
-  suspend(t, function() timer:stop() end)
+  suspend(t, timer.stop, timer)
 end
 
 --[[
@@ -322,7 +337,7 @@ function Event:is_set()
 end
 
 function Event:wait()
-  wait_on(self.waiters, function() return self.values ~= nil end, "an event")
+  wait_on(self.waiters, Event.is_set, self, "an event")
   return table.unpack(self.values, 1, self.values.n)
 end
 
@@ -346,8 +361,12 @@ function Queue:size()
   return self.tail - self.head + 1
 end
 
+local function queue_poppable(q)
+  return q.head <= q.tail or q.closed
+end
+
 function Queue:pop()
-  wait_on(self.waiters, function() return self.head <= self.tail or self.closed end, "a queue item")
+  wait_on(self.waiters, queue_poppable, self, "a queue item")
   if self.head > self.tail then
     if self.close_err ~= nil then error(self.close_err, 0) end
     return nil
@@ -394,7 +413,7 @@ function M._host_drain()
   while next(live) ~= nil do
     if has_ready() then
       run_ready()
-      core.run_nowait()
+      if has_ready() then core.run_nowait() end   -- see drive
     elseif not core.run_once() and not has_ready() then
       io.stderr:write(("smolwf: warning: %d task(s) still blocked at exit, waiting for nothing that can happen\n")
         :format(count_live()))

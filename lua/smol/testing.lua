@@ -19,9 +19,10 @@
 -- testing.run_workflow(def_or_file, opts) -> run table (the report's data)
 -- testing.report_file(run, relative_path) -> content of a report file
 -- testing.fake_provider{...}  canned behaviours (smol.testing.fake_provider)
--- testing.remove_tree(path)   rm -r without following symlinks
+-- testing.remove_tree(path)   rm -r without following symlinks (smol.fs.remove_tree)
 -- See README.md ("Testing with smol-workflow") for the user's guide.
 local lfs = require "lfs"
+local fs = require "smol.fs"
 local assertions = require "smol.testing.assertions"
 local golden = require "smol.testing.golden"
 local fake_provider = require "smol.testing.fake_provider"
@@ -245,26 +246,16 @@ local function load_workflow_file(path, args)
   return def
 end
 
---- Removes a directory tree without following symlinks.
-function testing.remove_tree(path)
-  local mode = lfs.symlinkattributes(path, "mode")
-  if mode == "directory" then
-    for name in lfs.dir(path) do
-      if name ~= "." and name ~= ".." then testing.remove_tree(path .. "/" .. name) end
-    end
-    return lfs.rmdir(path)
-  elseif mode then
-    return os.remove(path)
-  end
-end
+--- Removes a directory tree without following symlinks; raises naming
+-- the entry it could not remove.
+testing.remove_tree = fs.remove_tree
 
 local report_dirs = {}
 
 -- A temp report directory, removed at exit. (Not at the end of the test:
 -- busted keeps one `finally` per test, and it belongs to the spec.)
 local function temp_report_dir()
-  local core = require "smol.core"
-  local dir = assert(core.mkdtemp((os.getenv("TMPDIR") or "/tmp") .. "/smolwf-test-run-XXXXXX"))
+  local dir = fs.temp_dir("smolwf-test-run")
   if #report_dirs == 0 then
     require("smol.task").at_exit(function()
       for _, d in ipairs(report_dirs) do testing.remove_tree(d) end
@@ -298,11 +289,7 @@ end
 
 --- Reads a file of the run's report directory (e.g. "logs/build.stdout.log").
 function testing.report_file(run, relative)
-  local f = io.open(run.report_dir .. "/" .. relative, "rb")
-  if not f then return nil end
-  local content = f:read("a")
-  f:close()
-  return content
+  return (fs.try_read_file(run.report_dir .. "/" .. relative))
 end
 
 return testing

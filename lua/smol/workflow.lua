@@ -113,12 +113,12 @@ local CACHEDIR_TAG = "Signature: 8a477f597d28d172789f06886806bc55\n"
   .. "# For information about cache directory tags, see https://bford.info/cachedir/\n"
 
 local function tag_report_root(root)
-  local files = require "smol.workflow.files"
+  local fs = require "smol.fs"
   local path = root .. "/CACHEDIR.TAG"
   local lfs = require "lfs"
   if lfs.attributes(path, "mode") then return end
-  files.mkdir_p(root)
-  files.write(path, CACHEDIR_TAG)
+  fs.mkdir_p(root)
+  fs.write_file(path, CACHEDIR_TAG)
 end
 wf.tag_report_root = tag_report_root
 
@@ -140,6 +140,7 @@ end
 
 local function new_run(def, opts)
   local files = require "smol.workflow.files"
+  local fs = require "smol.fs"
   local core = require "smol.core"
   local instances, defs, taken = wf.instances(def, opts.steps), {}, {}
   for _, inst in ipairs(instances) do
@@ -155,7 +156,7 @@ local function new_run(def, opts)
     local dir = opts.report_dir or default_report_dir()
     -- logs/ is needed anyway; making it now also proves the directory is
     -- writable before anything runs (else every report would fail at the end).
-    files.mkdir_p(opts.reports == false and dir or (dir .. "/logs"))
+    fs.mkdir_p(opts.reports == false and dir or (dir .. "/logs"))
     return dir
   end)
   if not ok then

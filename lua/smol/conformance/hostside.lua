@@ -5,6 +5,7 @@
 -- sees the processes of the sandboxes it contains).
 local core = require "smol.core"
 local lfs = require "lfs"   -- lua-filesystem, a dependency of busted
+local fs = require "smol.fs"
 
 local hostside = {}
 
@@ -14,19 +15,10 @@ function hostside.token()
     math.floor(core.now() * 1000) % 0x1000000)
 end
 
-function hostside.read(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local data = f:read("a")
-  f:close()
-  return data
-end
-
-function hostside.write(path, data)
-  local f = assert(io.open(path, "wb"))
-  assert(f:write(data))
-  assert(f:close())
-end
+-- The file's content, or nil (and why) when it cannot be read: a process's
+-- /proc entry vanishes when it exits.
+hostside.read = fs.try_read_file
+hostside.write = fs.write_file
 
 function hostside.exists(path)
   return lfs.symlinkattributes(path) ~= nil
@@ -57,8 +49,7 @@ them as links and refuse to follow them). Returns its path and a table of
 the files with their contents.
 ]]
 function hostside.make_workspace()
-  local base = os.getenv("TMPDIR") or "/tmp"
-  local dir = assert(core.mkdtemp(base .. "/smolwf-conformance-XXXXXX"))
+  local dir = fs.temp_dir("smolwf-conformance")
   local files = {
     ["seed.txt"] = "seed file\n",
     ["sub/inner.txt"] = "inner file\n",
@@ -72,20 +63,12 @@ function hostside.make_workspace()
 end
 
 --[[
-Removes a directory tree without following symlinks. Synchronous (no
-helper process, no event loop), so it also works while the run is being
-torn down after Ctrl-C.
+Removes a directory tree without following symlinks; true when all of it
+is gone. Synchronous (no helper process, no event loop) and never raises,
+so it also works while the run is being torn down after Ctrl-C.
 ]]
 function hostside.remove_tree(path)
-  local attr = lfs.symlinkattributes(path)
-  if not attr then return true end
-  if attr.mode == "directory" then
-    for name in lfs.dir(path) do
-      if name ~= "." and name ~= ".." then hostside.remove_tree(path .. "/" .. name) end
-    end
-    return lfs.rmdir(path) ~= nil
-  end
-  return os.remove(path) ~= nil
+  return (pcall(fs.remove_tree, path))
 end
 
 -- Processes whose command line contains `marker`: a list of {pid, state}.

@@ -9,6 +9,7 @@
 -- Waiting drives the loop with core.run_once, so the kit runs outside any
 -- smol.task task (the CLI and the specs call it from the main chunk).
 local core = require "smol.core"
+local fs = require "smol.fs"
 local cjson = require "cjson"
 
 local wire = {}
@@ -28,10 +29,8 @@ local STDERR_TAIL = 40
 -- be started with it plus a marker variable.
 local function current_environment()
   local env = {}
-  local f = io.open("/proc/self/environ", "rb")
-  if not f then return env end
-  local data = f:read("a")
-  f:close()
+  local data = fs.try_read_file("/proc/self/environ")
+  if not data then return env end
   for entry in data:gmatch("([^%z]+)") do
     local k, v = entry:match("^([^=]+)=(.*)$")
     if k then env[k] = v end

@@ -29,7 +29,7 @@
 -- The provider runs in its own process (`smolwf provider serve`), so
 -- functions are copied there: their upvalues are copied by value as they are
 -- when fake_provider is called, and modules are required again there.
-local core = require "smol.core"
+local fs = require "smol.fs"
 local serialize = require "smol.testing.serialize"
 
 local M = {}
@@ -92,11 +92,9 @@ end
 function M.new(spec)
   check_spec(spec)
   local source = serialize.to_source(spec, "fake_provider")
-  local dir = assert(core.mkdtemp((os.getenv("TMPDIR") or "/tmp") .. "/smolwf-fake-XXXXXX"))
+  local dir = fs.temp_dir("smolwf-fake")
   local fake = setmetatable({dir = dir, script = dir .. "/fake.lua"}, Fake)
-  local f = assert(io.open(fake.script, "wb"))
-  f:write(("return require('smol.testing.fake_provider').methods(%q)\n"):format(source))
-  f:close()
+  fs.write_file(fake.script, ("return require('smol.testing.fake_provider').methods(%q)\n"):format(source))
   fake.program = require("smol.provider_server").program(fake.script)
   all[fake] = true
   cleanup_at_exit()

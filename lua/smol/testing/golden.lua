@@ -1,6 +1,6 @@
 -- Golden files: compare a scenario's output with a file kept in the repo
 -- (spec/golden/NAME), show a unified diff on mismatch, rewrite on request.
-local lfs = require "lfs"
+local fs = require "smol.fs"
 
 local M = {}
 
@@ -20,34 +20,6 @@ local function check_name(name)
   end
 end
 
-local function read_all(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local content = f:read("a")
-  f:close()
-  return content
-end
-
-local function write_all(path, content)
-  local f, err = io.open(path, "wb")
-  if not f then error("cannot write golden file: " .. err, 0) end
-  f:write(content)
-  f:close()
-end
-
-local function mkdir_p(dir)
-  local prefix = dir:sub(1, 1) == "/" and "/" or ""
-  for part in dir:gmatch("[^/]+") do
-    prefix = prefix .. part .. "/"
-    if not lfs.attributes(prefix, "mode") then
-      local ok, err = lfs.mkdir(prefix)
-      if not ok and not lfs.attributes(prefix, "mode") then
-        error(("cannot create golden directory `%s`: %s"):format(prefix, err), 0)
-      end
-    end
-  end
-end
-
 local function shell_quote(s)
   return "'" .. s:gsub("'", [['\'']]) .. "'"
 end
@@ -56,7 +28,7 @@ end
 -- diffutils' `diff -u` (always installed on Debian).
 function M.unified_diff(expected_path, actual, label)
   local tmp = os.tmpname()
-  local ok, err = pcall(write_all, tmp, actual)
+  local ok, err = pcall(fs.write_file, tmp, actual)
   if not ok then os.remove(tmp); error(err, 0) end
   local cmd = ("diff -u --label %s --label %s %s %s 2>&1"):format(
     shell_quote(expected_path), shell_quote(label or "actual"),
@@ -77,11 +49,11 @@ function M.check(name, actual)
     error("bad argument #2 to 'golden' (a string expected, got " .. type(actual) .. ")", 2)
   end
   local path = M.dir .. "/" .. name
-  local expected = read_all(path)
+  local expected = fs.try_read_file(path)
   if expected == actual then return true end
   if M.update then
-    mkdir_p(path:match("^(.*)/[^/]*$"))
-    write_all(path, actual)
+    fs.mkdir_p(path:match("^(.*)/[^/]*$"))
+    fs.write_file(path, actual)
     return true
   end
   if expected == nil then

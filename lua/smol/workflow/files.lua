@@ -1,38 +1,9 @@
--- Host-side files of a run: the report directory and artifacts copied out
--- of a sandbox session into it.
+-- Host-side files of a run: names below the report directory and artifacts
+-- copied out of a sandbox session into it.
 local lfs = require "lfs"
+local fs = require "smol.fs"
 
 local M = {}
-
--- mkdir -p; returns the directories it created, in order; raises naming
--- the path when a component cannot be made.
-function M.mkdir_p_created(path)
-  local prefix, created = path:sub(1, 1) == "/" and "/" or "", {}
-  for part in path:gmatch("[^/]+") do
-    prefix = prefix .. part
-    if lfs.attributes(prefix, "mode") ~= "directory" then
-      local ok, err = lfs.mkdir(prefix)
-      if ok then created[#created + 1] = prefix
-      elseif lfs.attributes(prefix, "mode") ~= "directory" then
-        error(("cannot create directory '%s': %s"):format(prefix, tostring(err)), 0)
-      end
-    end
-    prefix = prefix .. "/"
-  end
-  return created
-end
-
-function M.mkdir_p(path)
-  M.mkdir_p_created(path)
-  return path
-end
-
-function M.write(path, bytes)
-  local f, err = io.open(path, "wb")
-  if not f then error(("cannot write '%s': %s"):format(path, err), 0) end
-  f:write(bytes)
-  f:close()
-end
 
 -- A name safe to use below the report directory: relative, no '..'.
 function M.check_relative(name)
@@ -76,7 +47,7 @@ local CHUNK_BYTES = 4 * 1024 * 1024
 -- neither side holds a whole large artifact in memory.
 local function copy_file(session, src, dest)
   if not has_fs_extra(session) then
-    return M.write(dest, session:read_file(src))
+    return fs.write_file(dest, session:read_file(src))
   end
   local f, err = io.open(dest, "wb")
   if not f then error(("cannot write '%s': %s"):format(dest, err), 0) end
@@ -90,19 +61,6 @@ local function copy_file(session, src, dest)
   end)
   f:close()
   if not ok then error(copy_err, 0) end
-end
-
--- Removes a host path and everything below it, never following a symlink.
-function M.rm_rf(path)
-  local mode = lfs.symlinkattributes(path, "mode")
-  if mode == "directory" then
-    for name in lfs.dir(path) do
-      if name ~= "." and name ~= ".." then M.rm_rf(path .. "/" .. name) end
-    end
-    lfs.rmdir(path)
-  elseif mode then
-    os.remove(path)
-  end
 end
 
 local function shell_quote(s)
@@ -144,7 +102,7 @@ local MAX_LINK_DEPTH = 8
 local copy_entry
 
 local function copy_dir(session, src, dest, listing, state)
-  M.mkdir_p(dest)
+  fs.mkdir_p(dest)
   for _, entry in ipairs(entries_of(listing)) do
     copy_entry(session, src .. "/" .. entry.name, dest .. "/" .. entry.name, state)
   end
@@ -193,19 +151,20 @@ end
 -- directory made for it) and the error is raised.
 function M.copy_out(session, src, dest)
   local parent, base = dest:match("^(.*)/([^/]*)$")
-  local made = M.mkdir_p_created(parent)
+  local made = fs.mkdir_p(parent)
   local staging = parent .. "/.saving-" .. base
-  M.rm_rf(staging)
+  fs.remove_tree(staging)
   local state = { depth = 0, modes = {} }
   local ok, err = pcall(function()
     copy_entry(session, src, staging, state)
     apply_modes(state.modes)
-    M.rm_rf(dest)
+    fs.remove_tree(dest)
     local moved, why = os.rename(staging, dest)
     if not moved then error(("cannot move the artifact into '%s': %s"):format(dest, tostring(why)), 0) end
   end)
   if ok then return dest end
-  M.rm_rf(staging)
+  -- Best effort: the copy's own error is the one to report.
+  pcall(fs.remove_tree, staging)
   for i = #made, 1, -1 do lfs.rmdir(made[i]) end  -- only empty ones go
   error(err, 0)
 end

@@ -192,10 +192,7 @@ end
 
 --- Writes run.report_dir/report.html (atomically); returns its path.
 function M.write(run)
-  reportdir.ensure_dir(run.report_dir)
-  local path = reportdir.join(run.report_dir, "report.html")
-  reportdir.write_atomic(path, M.render(run))
-  return path
+  return reportdir.write_report(run, "report.html", M.render(run))
 end
 
 return M

@@ -60,10 +60,7 @@ end
 
 --- Writes run.report_dir/report.json (atomically); returns its path.
 function M.write(run)
-  reportdir.ensure_dir(run.report_dir)
-  local path = reportdir.join(run.report_dir, "report.json")
-  reportdir.write_atomic(path, jsontext.encode(M.build(run)) .. "\n")
-  return path
+  return reportdir.write_report(run, "report.json", jsontext.encode(M.build(run)) .. "\n")
 end
 
 return M

@@ -105,10 +105,7 @@ end
 
 --- Writes run.report_dir/junit.xml (atomically); returns its path.
 function M.write(run)
-  reportdir.ensure_dir(run.report_dir)
-  local path = reportdir.join(run.report_dir, "junit.xml")
-  reportdir.write_atomic(path, M.render(run))
-  return path
+  return reportdir.write_report(run, "junit.xml", M.render(run))
 end
 
 return M

@@ -2,6 +2,7 @@
 -- a sandbox): make directories, write a report atomically, read a log's tail.
 -- Failures raise an error naming the path and the reason.
 local lfs = require "lfs"
+local fs = require "smol.fs"
 
 local M = {}
 
@@ -11,12 +12,8 @@ end
 
 --- Creates path and its missing parents (like mkdir -p).
 function M.ensure_dir(path)
-  if lfs.attributes(path, "mode") == "directory" then return end
-  local parent = path:match("^(.*[^/])/+[^/]+/*$")
-  if parent then M.ensure_dir(parent) end
-  local ok, err = lfs.mkdir(path)
-  -- Another writer may have created it meanwhile; only a missing dir is an error.
-  if not ok and lfs.attributes(path, "mode") ~= "directory" then fail("create directory", path, err) end
+  local ok, err = pcall(fs.mkdir_p, path)
+  if not ok then error("report: " .. tostring(err), 0) end
 end
 
 --- Joins the report directory and a relative path.
@@ -28,13 +25,18 @@ end
 --- (or a Ctrl-C in the middle) never sees half a report.
 function M.write_atomic(path, text)
   local tmp = path .. ".tmp"
-  local f, err = io.open(tmp, "wb")
-  if not f then fail("write", tmp, err) end
-  local ok, werr = f:write(text)
-  local closed, cerr = f:close()
-  if not ok or not closed then os.remove(tmp); fail("write", tmp, werr or cerr) end
+  local written, err = pcall(fs.write_file, tmp, text)
+  if not written then os.remove(tmp); error("report: " .. tostring(err), 0) end
   local renamed, rerr = os.rename(tmp, path)
   if not renamed then os.remove(tmp); fail("rename into place", path, rerr) end
+end
+
+--- Writes one report file, run.report_dir/NAME, atomically; returns its path.
+function M.write_report(run, name, text)
+  M.ensure_dir(run.report_dir)
+  local path = M.join(run.report_dir, name)
+  M.write_atomic(path, text)
+  return path
 end
 
 --- The last max_bytes of the file (all of it when smaller), and whether it
