@@ -52,6 +52,10 @@ describe("smol.errors", function()
     assert.equal("p", e.program)
     assert.is_nil(bare.op)
     assert.equal(e, errors.with_context(e, "read_file", "b"))
+    local labelled = errors.with_context(bare, "open", "/a/long/build/dir/smolwf-provider", "smolwf-provider")
+    assert.equal("failed to open sandbox session with provider `smolwf-provider`: provider_exited: gone",
+      tostring(labelled))
+    assert.same({"/a/long/build/dir/smolwf-provider", "smolwf-provider"}, {labelled.path, labelled.label})
     local cancelled = {code = "cancelled"}
     assert.equal(cancelled, errors.with_context(cancelled, "exec", "sh"))
   end)

@@ -187,6 +187,32 @@ describe("smol.jsonl", function()
       assert.is_true(errors.is(later, "provider_exited"))
     end)
 
+    it("gives up a connection: pending requests fail with the given error, the provider is stopped", function()
+      local conn = start(FAULT)
+      open(conn)
+      local hang = task.spawn(function() return conn:request("exec", {argv = {"hang"}}) end)
+      assert.is_true(h.wait_until(function() return next(conn.pending) ~= nil end))
+      local why = errors.new{code = "timeout", message = "enough"}
+      conn:give_up(why, "took too long")
+      assert.equal(why, h.catch(hang.join, hang))
+      conn:wait_exit()
+      assert.is_false(h.alive(conn.pid))
+      assert.equal(why, h.catch(conn.request, conn, "read_file", {path = "x"}))
+    end)
+
+    it("hands the late terminal line of a request given up on to its on_late", function()
+      local conn = start(FAULT)
+      open(conn)
+      local late
+      local e = h.catch(conn.request, conn, "exec", {argv = {"sleep", "0.3"}}, nil,
+        {timeout = 0.05, on_late = function(msg) late = msg end})
+      assert.is_true(errors.is(e, "timeout"), tostring(e))
+      assert.matches("did not answer `exec` within 0.05 s", e.message)
+      assert.is_true(h.wait_until(function() return late ~= nil end))
+      assert.equal(0, late.result.exit_code)
+      assert.is_true(conn:alive())
+    end)
+
     it("reports a provider that died halfway through a line as exited", function()
       local conn = start(FAULT)
       open(conn)

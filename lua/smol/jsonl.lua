@@ -3,9 +3,11 @@ smol.jsonl: one connection to a provider process speaking JSON Lines
 (shared/PROTOCOL.md, part 1 "Transport").
 
   local conn = jsonl.start(program, {max_line_bytes = N, max_depth = N})
-  local result = conn:request("read_file", params, on_event, {timeout = 5})
+  local result = conn:request("read_file", params, on_event, {timeout = 5, on_late = fn})
   conn:notify("kill", params)       -- fire and forget: the reply is dropped
   conn:shutdown(grace)              -- `shutdown`, then wait for the exit
+  conn:give_up(err, because)        -- stop using it: TERM, KILL after a grace;
+                                    -- pending requests fail with err
   conn:alive(), conn.pid, conn.program, conn.exit_code, conn:wait_exit()
   local remove = jsonl.observe(fn)  -- fn(direction, info, line) for every line
                                     -- ("send"/"recv"), fn("exit", info, status);

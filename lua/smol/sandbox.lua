@@ -16,7 +16,10 @@ pool below); one that exited or broke the protocol is replaced at the next
 open. Extension fields are sent only where the session announces them.
 Provider and protocol failures raise smol.errors values; a process's exit
 status is data in the result: {ok, exit_code, signal, timed_out, stdout,
-stderr, ..., argv (the command, a list), process_id (exec)}.
+stderr, stdout_truncated, stderr_truncated, argv (the command, a list),
+process_id (exec)}. exec's captured output is built from its events where
+the session announces "output_limit" (see new_capture); `open` has a
+deadline (sandbox.open_timeout, see give_up_open).
 ]]
 
 local cjson = require "cjson"

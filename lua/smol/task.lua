@@ -93,6 +93,7 @@ local function wake(t)
 end
 
 local function wake_all(list)
+  if list == nil then return end          -- nobody ever waited (lists are made on first wait)
   for i = 1, #list do
     wake(list[i])
     list[i] = nil
@@ -191,11 +192,20 @@ local function remove_value(list, v)
   end
 end
 
--- Waits until ready(obj); in a task by joining 'waiters' (the notifier calls wake_all on it).
-local function wait_on(waiters, ready, obj, what)
+--[[
+Waits until ready(obj); in a task by joining the waiter list obj[key]
+(the notifier calls wake_all on it), made here on first use: most waits
+(outside tasks, or on a reply that is already there) never need one.
+]]
+local function wait_on(obj, key, ready, what)
   local t = running_task()
   if t == nil then return drive(ready, obj, what) end
   while not ready(obj) do
+    local waiters = obj[key]
+    if waiters == nil then
+      waiters = {}
+      obj[key] = waiters
+    end
     waiters[#waiters + 1] = t
     suspend(t, remove_value, waiters)
   end
@@ -204,7 +214,7 @@ end
 -- {=================== tasks ===================}
 
 local function new_task(fn)
-  local t = setmetatable({status = "new", joiners = {}}, Task)
+  local t = setmetatable({status = "new"}, Task)  -- t.joiners: made by the first join
   local function capture(err)
     t.trace = debug.traceback(describe(err), 2)
     return err
@@ -230,7 +240,7 @@ function Task:join()
   if self == running_task() then error("task:join: a task cannot join itself", 2) end
   self.joined = true
   remove_value(unjoined, self)
-  wait_on(self.joiners, Task.done, self, "a task to finish")
+  wait_on(self, "joiners", Task.done, "a task to finish")
   if not self.ok then error(self.err, 0) end
   return table.unpack(self.results, 1, self.results.n)
 end
@@ -322,7 +332,7 @@ Event.__name = "smol.task.event"
 
 -- One-shot: set(...) wakes every waiter; wait() returns the values.
 function M.event()
-  return setmetatable({waiters = {}, values = nil}, Event)
+  return setmetatable({values = nil}, Event)  -- .waiters: made by the first wait
 end
 
 function Event:set(...)
@@ -337,7 +347,7 @@ function Event:is_set()
 end
 
 function Event:wait()
-  wait_on(self.waiters, Event.is_set, self, "an event")
+  wait_on(self, "waiters", Event.is_set, "an event")
   return table.unpack(self.values, 1, self.values.n)
 end
 
@@ -345,15 +355,20 @@ local Queue = {}
 Queue.__index = Queue
 Queue.__name = "smol.task.queue"
 
--- push(v); pop() blocks until an item; close(err): pop raises err once empty (returns nil without err).
+--[[
+push(v); pop() blocks until an item; close(err): pop raises err once empty
+(returns nil without err). One table per queue (a request's reply queue
+is made per request): the items sit at its integer keys head..tail, and
+.waiters is made by the first wait.
+]]
 function M.queue()
-  return setmetatable({items = {}, head = 1, tail = 0, waiters = {}, closed = false}, Queue)
+  return setmetatable({head = 1, tail = 0, closed = false}, Queue)
 end
 
 function Queue:push(v)
   if self.closed then error("queue:push: the queue is closed", 2) end
   self.tail = self.tail + 1
-  self.items[self.tail] = v
+  self[self.tail] = v
   wake_all(self.waiters)
 end
 
@@ -366,13 +381,13 @@ local function queue_poppable(q)
 end
 
 function Queue:pop()
-  wait_on(self.waiters, queue_poppable, self, "a queue item")
+  wait_on(self, "waiters", queue_poppable, "a queue item")
   if self.head > self.tail then
     if self.close_err ~= nil then error(self.close_err, 0) end
     return nil
   end
-  local v = self.items[self.head]
-  self.items[self.head] = nil
+  local v = self[self.head]
+  self[self.head] = nil
   self.head = self.head + 1
   return v
 end
