@@ -519,6 +519,7 @@ describe("smol.sandbox", function()
                           on_stdout = function(c) n = n + #c end}
         assert.equal(3000000, n)
         assert.is_nil(r.stdout)
+        assert.is_nil(r.stdout_truncated)   -- nothing kept on purpose is not "truncated"
       end)
 
       it_real("captures output from the events: exact bytes, capped per stream, no copy in the result", function()

@@ -438,6 +438,9 @@ local function build_result(r, capture)
   elseif capture == nil then
     out.stdout = decode_b64(r.stdout_base64, "sandbox exec returned invalid base64 stdout")
     out.stderr = decode_b64(r.stderr_base64, "sandbox exec returned invalid base64 stderr")
+  else
+    -- nothing was kept on purpose: the provider's "truncated" for a cap of 0 says nothing
+    out.stdout_truncated, out.stderr_truncated = nil, nil
   end
   out.ok = out.exit_code == 0 and not out.timed_out and not out.running
   return out
