@@ -1,8 +1,8 @@
 /*
 ** Ctrl-C (and SIGTERM, SIGHUP). A C signal cannot touch a Lua state or
 ** the loop directly (lua.c), so the handler only sets a flag, arms a Lua
-** hook (to stop a pure-Lua loop on the main state; tasks get a watching
-** hook of their own) and wakes the loop through a uv_async (async-signal-
+** hook (to stop a pure-Lua loop on the main state, and on the task
+** running now: see running_task) and wakes the loop through a uv_async (async-signal-
 ** safe by libuv's documentation). core.run_once then raises the interrupt
 ** error; the exit path disarms both before it runs the exit hooks.
 **
