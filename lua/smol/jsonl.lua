@@ -123,9 +123,9 @@ end
 function Conn:fail_pending(err)
   local pending = self.pending
   self.pending = {}
-  for id, req in pairs(pending) do
+  for id, queue in pairs(pending) do
     self.abandoned[id] = nil
-    req.queue:push({failure = err})
+    queue:push({failure = err})
   end
 end
 
@@ -198,9 +198,9 @@ end
 
 -- A decoded message for request id: queue it for its waiter.
 function Conn:route(id, msg)
-  local req = self.pending[id]
+  local queue = self.pending[id]
   local terminal = msg.result ~= nil or msg.error ~= nil
-  if not req then
+  if not queue then
     local late = self.abandoned[id]
     if not late then
       return self:break_connection(("sent a reply for unknown request id %s"):format(cjson.encode(id)))
@@ -216,7 +216,7 @@ function Conn:route(id, msg)
     return self:break_connection(("sent a reply for request %s with none of event, result, error"):format(id))
   end
   if terminal then self.pending[id] = nil end
-  req.queue:push(msg)
+  queue:push(msg)
 end
 
 --[[
@@ -369,22 +369,27 @@ end
 
 -- params is a table, or a JSON object already encoded (a string).
 function Conn:encode_request(id, method, params)
-  if type(params) == "string" then
-    return ('{"id":%d,"method":"%s","params":%s}'):format(id, method, params)
+  if type(params) == "string" then  -- concatenation: string.format's %s costs a tostring each
+    return '{"id":' .. id .. ',"method":"' .. method .. '","params":' .. params .. "}"
   end
   return self.codec.encode({id = id, method = method, params = params or {}})
 end
 
+local checked_methods = {}  -- method names already found valid: no pattern match per request
+
 -- Registers a new request and sends it; returns its id and queue.
 function Conn:send_request(method, params)
   if self.state ~= "running" then error(self.failure, 0) end
-  if type(method) ~= "string" or not method:match("^[%w_]+$") then
-    error(("jsonl: method must be a name, got %q"):format(tostring(method)), 3)
+  if not checked_methods[method] then
+    if type(method) ~= "string" or not method:match("^[%w_]+$") then
+      error(("jsonl: method must be a name, got %q"):format(tostring(method)), 3)
+    end
+    checked_methods[method] = true
   end
   local id = self.next_id
   self.next_id = id + 1
   local queue = task.queue()
-  self.pending[id] = {queue = queue}
+  self.pending[id] = queue
   local ok, err = pcall(self.send_line, self, self:encode_request(id, method, params))
   if not ok then
     self.pending[id] = nil
@@ -442,8 +447,10 @@ opts.timeout: seconds to wait for the terminal line (math.huge: no limit).
 opts.on_late(msg): see Conn:abandon; for a request given up on (timeout,
 cancel) whose terminal line comes later.
 ]]
+local NO_OPTS = {}
+
 function Conn:request(method, params, on_event, opts)
-  opts = opts or {}
+  opts = opts or NO_OPTS
   local id, queue = self:send_request(method, params)
   local timeout = opts.timeout ~= math.huge and opts.timeout or nil
   local timer = arm_timeout(self, method, queue, timeout)

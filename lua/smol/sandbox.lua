@@ -461,7 +461,8 @@ local function check_options(spec, op)
       error(("sandbox: %s: option %s must be a %s, got %s"):format(op, k, want, type(v)), 4)
     end
   end
-  for k, v in pairs(spec.env or {}) do
+  if spec.env == nil then return end
+  for k, v in pairs(spec.env) do
     if type(k) ~= "string" or type(v) ~= "string" then
       error(("sandbox: %s: env must map strings to strings (bad entry %s)"):format(op, tostring(k)), 4)
     end
