@@ -192,6 +192,10 @@ describe("smol.conformance", function()
       local left = hostside.find_procs(root)   -- its unique argument: other runs may be going on
       assert.are.same({}, left)
       assert.is_false(hostside.exists(report.workspace))
+      -- nor the sleeps the lifecycle checks made it start (it never kills them itself)
+      for _, p in ipairs(hostside.find_procs("sleep 313")) do
+        assert.are.equal("Z", p.state, "a kit sleep outlived the run: pid " .. p.pid)
+      end
     end)
   end)
 

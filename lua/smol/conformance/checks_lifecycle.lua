@@ -28,9 +28,26 @@ local function sleeper_argv(marker_a, marker_b)
   return {"sh", "-c", "sleep " .. marker_a .. " & exec sleep " .. marker_b}
 end
 
+local issued = {}   -- every marker handed out, for the sweep at the end of a run
+
 local function markers()
   local n = math.random(100000, 999999)
-  return "3131." .. n, "3132." .. n
+  local a, b = "3131." .. n, "3132." .. n
+  issued[#issued + 1], issued[#issued + 2] = a, b
+  return a, b
+end
+
+--[[
+KILLs whatever still carries a marker of this run. A check that gave up
+early (the sleeps showed up only after it stopped looking, or a provider
+broke mid-check) would otherwise leave a broken provider's sleeps behind.
+]]
+local function sweep()
+  for _, m in ipairs(issued) do
+    local procs = hostside.find_procs(m)
+    if procs then hostside.kill(procs) end
+  end
+  issued = {}
 end
 
 --[[
@@ -133,6 +150,7 @@ local function eof_ends(ctx)
 end
 
 return {
+  sweep = sweep,
   -- close_answers_exec last: a provider that serves one request at a time
   -- is stuck behind that exec for good.
   {name = "lifecycle", checks = {
