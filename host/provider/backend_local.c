@@ -82,11 +82,20 @@ static void on_child_ready(uv_poll_t *h, int status, int events) {
   disk_watch_changed(s, true);
 }
 
-/* Drops groups that no longer exist, so a long session does not grow its list. */
+/*
+** Drops groups that no longer exist, so a long session does not grow its
+** list, and groups whose number now belongs to someone else's group (pids
+** are reused quickly: pid_max is often 32768), so close never kills those.
+*/
 static void prune_groups(session *s) {
   size_t kept = 0;
-  for (size_t i = 0; i < s->ngroups; i++)
-    if (kill(-s->groups[i], 0) == 0 || errno != ESRCH) s->groups[kept++] = s->groups[i];
+  for (size_t i = 0; i < s->ngroups; i++) {
+    pid_t g = s->groups[i];
+    if ((kill(-g, 0) == 0 || errno != ESRCH) && group_still_ours(g, s->group_starts[i])) {
+      s->group_starts[kept] = s->group_starts[i];
+      s->groups[kept++] = g;
+    }
+  }
   s->ngroups = kept;
 }
 
@@ -141,6 +150,7 @@ static int local_signal(session *s, proc *p, int signo) {
 ** the proc, to reap a child still dying at the deadline and close their pidfds.
 */
 static void local_close(session *s) {
+  prune_groups(s);
   for (size_t i = 0; i < s->ngroups; i++) kill(-s->groups[i], SIGKILL);
   size_t left = groups_await_gone(s->groups, s->ngroups, CLOSE_WAIT_MS);
   if (left) fprintf(stderr, "smolwf-provider: session %s: %zu killed processes still running after %d ms\n",

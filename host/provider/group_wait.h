@@ -18,4 +18,15 @@
 */
 size_t groups_await_gone(const pid_t *groups, size_t n, int timeout_ms);
 
+/* When process pid started (clock ticks since boot, /proc/PID/stat), or 0 if there is none. */
+unsigned long long process_start_time(pid_t pid);
+
+/*
+** Whether process group pgid, whose leader started at leader_start, may
+** still be the group this provider made. A pgid number is only free again
+** once its group is empty; a live process now carrying that number with
+** another start time is a new group leader, and its group someone else's.
+*/
+int group_still_ours(pid_t pgid, unsigned long long leader_start);
+
 #endif

@@ -17,6 +17,7 @@
 
 #include "bwrap_probe.h"
 #include "disk_cap.h"
+#include "group_wait.h"
 #include "methods.h"
 #include "paths.h"
 #include "process.h"
@@ -110,7 +111,9 @@ void session_add_group(session *s, pid_t pgid) {
   if (s->ngroups == s->groups_cap) {
     s->groups_cap = s->groups_cap ? 2 * s->groups_cap : 16;
     s->groups = realloc(s->groups, s->groups_cap * sizeof *s->groups);
+    s->group_starts = realloc(s->group_starts, s->groups_cap * sizeof *s->group_starts);
   }
+  s->group_starts[s->ngroups] = process_start_time(pgid);
   s->groups[s->ngroups++] = pgid;
 }
 
@@ -130,6 +133,7 @@ static void session_free(session *s) {
   free(s->id); free(s->root); free(s->workspace_host); free(s->tmp_host);
   free(s->workspace_view); free(s->tmp_view); free(s->cwd_view);
   free(s->groups);
+  free(s->group_starts);
   free(s);
 }
 

@@ -35,6 +35,7 @@ typedef struct session {
   uv_loop_t *loop;
   struct proc *procs;       /* processes started and not yet forgotten (process.c) */
   pid_t *groups;            /* process groups ever started here: killed at close */
+  unsigned long long *group_starts;  /* each group leader's start time, to tell a reused pgid */
   size_t ngroups, groups_cap;
   struct disk_watch *disk;  /* the checked disk allowance (disk_cap.h), NULL without one */
   bool closing;
