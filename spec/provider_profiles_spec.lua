@@ -123,31 +123,27 @@ describe("provider profiles", function()
     assert.equal(65536, sb:stat("big").size)
   end)
 
-  it("kills a session's commands once its files pass the disk allowance, and refuses new ones", function()
-    local program = provider_with{profiles = {{name = "bwrap/quota", limits = {disk_bytes = 1048576}}}}
-    local sb = sandbox.open{program = program, profile = "bwrap/quota", workspace = h.tempdir()}
-    -- many files, each under the per-file limit: only the session check can stop this
-    local r = sh(sb, "mkdir /tmp/fill; i=0; while [ $i -lt 300 ]; do " ..
-                     "head -c 100000 /dev/zero > /tmp/fill/$i || exit 9; i=$((i+1)); sleep 0.01; done")
-    assert.equal("KILL", r.signal)
-    local e = h.catch(sb.exec, sb, {"true"})
-    assert.is_true(errors.is(e, "limit_exceeded"), tostring(e))
-    sb:remove("/tmp/fill")
-    assert.equal(0, sb:exec{"true"}.exit_code)
-  end)
-
-  it("checks the disk allowance under a local base too: commands killed, new ones refused", function()
-    local program = provider_with{profiles = {{name = "local/quota", limits = {disk_bytes = 1048576}}}}
-    local sb = sandbox.open{program = program, profile = "local/quota", workspace = h.tempdir()}
-    assert.equal("none", sb.capabilities.isolation)
-    local r = sh(sb, "mkdir fill; i=0; while [ $i -lt 300 ]; do " ..
-                     "head -c 100000 /dev/zero > fill/$i || exit 9; i=$((i+1)); sleep 0.01; done")
-    assert.equal("KILL", r.signal)
-    local e = h.catch(sb.exec, sb, {"true"})
-    assert.is_true(errors.is(e, "limit_exceeded"), tostring(e))
-    sb:remove("fill")
-    assert.equal(0, sb:exec{"true"}.exit_code)
-  end)
+  -- Many files, each under the per-file limit: only the session check can stop this.
+  -- The bwrap session fills its /tmp, the local one its workspace.
+  for _, case in ipairs{
+    {base = "bwrap", fill = "/tmp/fill", what = "kills a session's commands once its files pass the disk allowance, and refuses new ones"},
+    {base = "local", fill = "fill", isolation = "none",
+     what = "checks the disk allowance under a local base too: commands killed, new ones refused"},
+  } do
+    it(case.what, function()
+      local name = case.base .. "/quota"
+      local program = provider_with{profiles = {{name = name, limits = {disk_bytes = 1048576}}}}
+      local sb = sandbox.open{program = program, profile = name, workspace = h.tempdir()}
+      if case.isolation then assert.equal(case.isolation, sb.capabilities.isolation) end
+      local r = sh(sb, "mkdir " .. case.fill .. "; i=0; while [ $i -lt 300 ]; do " ..
+                       "head -c 100000 /dev/zero > " .. case.fill .. "/$i || exit 9; i=$((i+1)); sleep 0.01; done")
+      assert.equal("KILL", r.signal)
+      local e = h.catch(sb.exec, sb, {"true"})
+      assert.is_true(errors.is(e, "limit_exceeded"), tostring(e))
+      sb:remove(case.fill)
+      assert.equal(0, sb:exec{"true"}.exit_code)
+    end)
+  end
 
   for _, base in ipairs{"bwrap", "local"} do
     it("refuses a write_file that would pass the disk allowance (" .. base .. ")", function()

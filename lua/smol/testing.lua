@@ -153,22 +153,6 @@ function Fixture:close()
   Fixture.check_no_leaks(session)
 end
 
--- Copies the argv into exec results so failure messages can show it.
-local function with_argv(spec, r)
-  if type(r) == "table" and r.argv == nil and type(spec) == "table" then
-    r.argv = table.move(spec, 1, #spec, 1, {})
-  end
-  return r
-end
-
--- A spawned process whose wait() results carry its argv too.
-local function with_argv_on_wait(p)
-  if type(p) ~= "table" or type(p.wait) ~= "function" then return p end
-  local wait = p.wait
-  p.wait = function(proc, ...) return with_argv(proc.argv, wait(proc, ...)) end
-  return p
-end
-
 local fixtures = setmetatable({}, {__mode = "k"})   -- proxy -> fixture
 
 --- The session a fixture proxy currently forwards to (nil between tests of
@@ -192,8 +176,6 @@ local function new_proxy(fixture)
       if type(value) ~= "function" then return value end
       return function(self, ...)
         if self == proxy then self = fixture.session end
-        if key == "exec" then return with_argv(..., value(self, ...)) end
-        if key == "spawn" then return with_argv_on_wait(value(self, ...)) end
         return value(self, ...)
       end
     end,
