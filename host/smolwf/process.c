@@ -356,15 +356,33 @@ static int proc_close(lua_State *L) {
   return 0;
 }
 
-static int proc_write(lua_State *L) {
-  proc *p = check_box(L)->p;
+/* Writes the string at index 2 to the child's stdin; NULL or the failure. */
+static const char *write_stdin(lua_State *L, proc *p) {
   luaL_checktype(L, 2, LUA_TSTRING);
-  if (p == NULL || p->stdin_state != STDIN_OPEN)
-    return luaL_error(L, "process write: stdin is closed");
+  if (p == NULL || p->stdin_state != STDIN_OPEN) return "stdin is closed";
   int rc = write_anchored(L, (uv_stream_t *)&p->stdin_pipe, 2, &p->pending_write,
                           p, on_written);
-  if (rc != 0) return luaL_error(L, "process write: %s", uv_strerror(rc));
+  return rc != 0 ? uv_strerror(rc) : NULL;
+}
+
+static int proc_write(lua_State *L) {
+  const char *failure = write_stdin(L, check_box(L)->p);
+  if (failure != NULL) return luaL_error(L, "process write: %s", failure);
   return 0;
+}
+
+/* proc:write for callers that handle a failure as a value (a request that
+** cannot be sent): true, or nil and the message; raises no error, so the
+** caller needs no pcall on its hot path. */
+static int proc_try_write(lua_State *L) {
+  const char *failure = write_stdin(L, check_box(L)->p);
+  if (failure == NULL) {
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  luaL_pushfail(L);
+  lua_pushstring(L, failure);
+  return 2;
 }
 
 static int proc_close_stdin(lua_State *L) {
@@ -475,7 +493,7 @@ void process_close_all(void) {
 
 void process_open(lua_State *L) {
   static const luaL_Reg methods[] = {
-    {"write", proc_write}, {"close_stdin", proc_close_stdin},
+    {"write", proc_write}, {"try_write", proc_try_write}, {"close_stdin", proc_close_stdin},
     {"kill", proc_kill}, {"pending_write_bytes", proc_pending_write_bytes},
     {"close", proc_close}, {NULL, NULL}};
   static const luaL_Reg meta[] = {

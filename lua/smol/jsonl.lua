@@ -360,41 +360,44 @@ function Conn:alive()
   return self.state == "running"
 end
 
--- Sends one line; raises the connection's failure when it cannot.
-function Conn:send_line(line)
-  if self.state ~= "running" then error(self.failure, 0) end
-  notify_observer(self, "send", line)
-  self.proc:write(line .. "\n")
-end
-
--- params is a table, or a JSON object already encoded (a string).
+-- params is a table, or a JSON object already encoded (a string). The
+-- line ends in "\n": the write takes it as is, with no copy to add one.
 function Conn:encode_request(id, method, params)
   if type(params) == "string" then  -- concatenation: string.format's %s costs a tostring each
-    return '{"id":' .. id .. ',"method":"' .. method .. '","params":' .. params .. "}"
+    return '{"id":' .. id .. ',"method":"' .. method .. '","params":' .. params .. "}\n"
   end
-  return self.codec.encode({id = id, method = method, params = params or {}})
+  return self.codec.encode({id = id, method = method, params = params or {}}) .. "\n"
 end
 
 local checked_methods = {}  -- method names already found valid: no pattern match per request
 
--- Registers a new request and sends it; returns its id and queue.
-function Conn:send_request(method, params)
-  if self.state ~= "running" then error(self.failure, 0) end
-  if not checked_methods[method] then
-    if type(method) ~= "string" or not method:match("^[%w_]+$") then
-      error(("jsonl: method must be a name, got %q"):format(tostring(method)), 3)
-    end
-    checked_methods[method] = true
+local function check_method(method)
+  if checked_methods[method] then return end
+  if type(method) ~= "string" or not method:match("^[%w_]+$") then
+    error(("jsonl: method must be a name, got %q"):format(tostring(method)), 4)
   end
+  checked_methods[method] = true
+end
+
+--[[
+Sends a new request and registers it; returns its id and queue, or nil
+and the error: the connection's failure once it is not running, or an
+io_error when the write fails.
+]]
+function Conn:send_request(method, params)
+  if self.state ~= "running" then return nil, self.failure end
+  check_method(method)
   local id = self.next_id
   self.next_id = id + 1
+  local line = self:encode_request(id, method, params)
+  if observers[1] then notify_observer(self, "send", line:sub(1, -2)) end
+  local ok, why = self.proc:try_write(line)
+  if not ok then
+    return nil, errors.new{code = "io_error", program = self.program, method = method,
+      message = ("cannot write to provider `%s`: %s"):format(self.label, tostring(why))}
+  end
   local queue = task.queue()
   self.pending[id] = queue
-  local ok, err = pcall(self.send_line, self, self:encode_request(id, method, params))
-  if not ok then
-    self.pending[id] = nil
-    error(err, 0)
-  end
   return id, queue
 end
 
@@ -415,13 +418,13 @@ local function provider_error(conn, method, e)
     method = method, program = conn.program}
 end
 
--- Pops messages until the terminal one; on_event gets each event.
-local function await(conn, method, queue, on_event)
+-- Pops messages until the terminal one; on_event gets each event (and ctx).
+local function await(conn, method, queue, on_event, ctx)
   while true do
     local msg = queue:pop()
     if msg.failure then error(msg.failure, 0) end
     if msg.event ~= nil then
-      if on_event then on_event(msg.event) end
+      if on_event then on_event(msg.event, ctx) end
     elseif msg.error ~= nil then
       error(provider_error(conn, method, msg.error), 0)
     else
@@ -439,33 +442,41 @@ local function arm_timeout(conn, method, queue, seconds)
   end)
 end
 
---[[
-Sends a request and waits for its terminal line; returns the result table
-or raises the error value (the provider's error code, "protocol",
-"provider_exited", "timeout", or whatever on_event or a cancel raised).
-opts.timeout: seconds to wait for the terminal line (math.huge: no limit).
-opts.on_late(msg): see Conn:abandon; for a request given up on (timeout,
-cancel) whose terminal line comes later.
-]]
 local NO_OPTS = {}
 
-function Conn:request(method, params, on_event, opts)
+--[[
+Sends a request and waits for its terminal line: returns true and the
+result, or false and the error value (the provider's error code,
+"protocol", "provider_exited", "timeout", "io_error", or whatever on_event
+or a cancel raised). It raises only for a bad method name. on_event(event,
+ctx) gets each event in order (ctx: anything, so a caller needs no closure
+per request). opts.timeout: seconds to wait for the terminal line
+(math.huge: no limit). opts.on_late(msg): see Conn:abandon; for a request
+given up on (timeout, cancel) whose terminal line comes later.
+]]
+function Conn:try_request(method, params, on_event, ctx, opts)
   opts = opts or NO_OPTS
   local id, queue = self:send_request(method, params)
+  if not id then return false, queue end
   local timeout = opts.timeout ~= math.huge and opts.timeout or nil
   local timer = arm_timeout(self, method, queue, timeout)
-  local ok, result = pcall(await, self, method, queue, on_event)
+  local ok, result = pcall(await, self, method, queue, on_event, ctx)
   if timer then timer:stop() end
-  if not ok then
-    self:abandon(id, opts.on_late)
-    error(result, 0)
-  end
+  if not ok then self:abandon(id, opts.on_late) end
+  return ok, result
+end
+
+-- Conn:try_request that returns the result or raises the error value.
+function Conn:request(method, params, on_event, opts)
+  local ok, result = self:try_request(method, params, on_event, nil, opts)
+  if not ok then error(result, 0) end
   return result
 end
 
 -- Sends a request whose reply nobody waits for (e.g. `kill` on cancel).
 function Conn:notify(method, params)
-  local id = self:send_request(method, params)
+  local id, err = self:send_request(method, params)
+  if not id then error(err, 0) end
   self:abandon(id)
 end
 

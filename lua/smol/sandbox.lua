@@ -18,7 +18,7 @@ Provider and protocol failures raise smol.errors values; a process's exit
 status is data in the result: {ok, exit_code, signal, timed_out, stdout,
 stderr, stdout_truncated, stderr_truncated, argv (the command, a list),
 process_id (exec)}. exec's captured output is built from its events where
-the session announces "output_limit" (see new_capture); `open` has a
+the session announces "output_limit" (see capture_chunk); `open` has a
 deadline (sandbox.open_timeout, see give_up_open).
 ]]
 
@@ -279,17 +279,22 @@ function Session:params_json(fields, raw)
   return '{"session":' .. self._session_json .. rest
 end
 
--- One request on behalf of op; errors get the op and path as context.
-function Session:call(method, fields, opts)
-  opts = opts or {}
-  local params = self:params_json(fields, opts.raw)
-  local ok, result = pcall(self._conn.request, self._conn, method, params, opts.on_event)
-  if not ok then error(errors.with_context(result, opts.op or method, opts.path), 0) end
+-- The result of method, which must be a JSON object (a table).
+local function check_object(result, method, op, path)
   if type(result) ~= "table" then
-    errors.raise{code = "protocol", op = opts.op or method, path = opts.path,
+    errors.raise{code = "protocol", op = op, path = path,
       message = ("the result of `%s` is not a JSON object"):format(method)}
   end
   return result
+end
+
+-- One request on behalf of op; errors get the op and path as context.
+function Session:call(method, fields, opts)
+  opts = opts or EMPTY
+  local op = opts.op or method
+  local ok, result = self._conn:try_request(method, self:params_json(fields, opts.raw), opts.on_event)
+  if not ok then error(errors.with_context(result, op, opts.path), 0) end
+  return check_object(result, method, op, opts.path)
 end
 
 function Session:require_capability(cap, op, path)
@@ -374,20 +379,27 @@ end
 local KNOWN_EVENTS = {started = true, stdout = true, stderr = true, exited = true, dropped = true}
 
 --[[
-exec's captured output, built from its events (sessions announcing
-"output_limit"): the provider is asked for no copy of its own
-(max_output_bytes = 0), so a big output is not held again as one huge
-result line, its Lua string and its decoded copy, and crosses the pipe
-once. Each stream keeps its first `limit` bytes, and is truncated exactly
-when the command wrote more, as the provider's copy would be.
+A process request's state, `req`, one table per exec/spawn/wait (the
+request's hot path makes few tables: this one, its argv and its result):
+  spec        the caller's callbacks (on_stdout, on_stderr, on_event)
+  capture     how output is kept: "events", "result" or "none"
+  limit       with "events": the per-stream cap
+  stdout, stderr  with "events": lists of chunks, made by the first chunk
+  process_id  from the `started` event (to kill the process on cancel)
+"events" is for sessions announcing "output_limit": the provider is asked
+for no copy of its own (max_output_bytes = 0), so a big output is not held
+again as one huge result line, its Lua string and its decoded copy, and
+crosses the pipe once. Each stream keeps its first `limit` bytes, and is
+truncated exactly when the command wrote more, as the provider's copy
+would be. "result" takes the result's own copy (part-1 providers, wait).
 ]]
-local function new_capture(limit)
-  return {limit = limit, stdout = {n = 0}, stderr = {n = 0}}
-end
-
-local function capture_chunk(capture, kind, data)
-  local stream = capture[kind]
-  local room = capture.limit - stream.n
+local function capture_chunk(req, kind, data)
+  local stream = req[kind]
+  if stream == nil then
+    stream = {n = 0}
+    req[kind] = stream
+  end
+  local room = req.limit - stream.n
   if #data > room then
     stream.truncated = true
     data = data:sub(1, room)
@@ -398,52 +410,63 @@ local function capture_chunk(capture, kind, data)
   end
 end
 
--- Returns the event handler for a process request: validates each event,
--- decodes its data, and hands it to the caller's callbacks in order (and
--- to state.capture, when output is captured from events).
-local function event_handler(callbacks, state)
-  return function(ev)
-    if type(ev) ~= "table" then protocol_error("sandbox exec event is not a JSON object") end
-    local kind = ev.type
-    if not KNOWN_EVENTS[kind] then
-      protocol_error(("unknown sandbox exec event type `%s`"):format(tostring(kind)))
-    end
-    if kind == "stdout" or kind == "stderr" then
-      -- long payloads come decoded already (see smol.jsonl's decode_split);
-      -- the private key goes, so on_event sees a plain event table
-      ev.data = ev[jsonl.PAYLOAD] or decode_b64(ev.data_base64, "sandbox exec event contained invalid base64 data")
-      ev[jsonl.PAYLOAD] = nil
-      if state.capture then capture_chunk(state.capture, kind, ev.data) end
-    elseif kind == "started" then
-      state.process_id = str(ev.process_id)
-    end
-    if callbacks.on_event then callbacks.on_event(ev) end
-    local on_data = kind == "stdout" and callbacks.on_stdout or kind == "stderr" and callbacks.on_stderr
-    if on_data then on_data(ev.data) end
+-- A process request's on_event: validates each event, decodes its data,
+-- and hands it to the caller's callbacks in order (and to the capture).
+local function on_process_event(ev, req)
+  if type(ev) ~= "table" then protocol_error("sandbox exec event is not a JSON object") end
+  local kind = ev.type
+  if not KNOWN_EVENTS[kind] then
+    protocol_error(("unknown sandbox exec event type `%s`"):format(tostring(kind)))
   end
+  if kind == "stdout" or kind == "stderr" then
+    -- long payloads come decoded already (see smol.jsonl's decode_split);
+    -- the private key goes, so on_event sees a plain event table
+    ev.data = ev[jsonl.PAYLOAD] or decode_b64(ev.data_base64, "sandbox exec event contained invalid base64 data")
+    ev[jsonl.PAYLOAD] = nil
+    if req.capture == "events" then capture_chunk(req, kind, ev.data) end
+  elseif kind == "started" then
+    req.process_id = str(ev.process_id)
+  end
+  local spec = req.spec
+  if spec.on_event then spec.on_event(ev) end
+  local on_data = kind == "stdout" and spec.on_stdout or kind == "stderr" and spec.on_stderr
+  if on_data then on_data(ev.data) end
 end
 
--- capture: false (no output kept), an event capture (see new_capture),
--- or nil: the result's own copy (part-1 providers, wait).
-local function build_result(r, capture)
-  local out = {
-    exit_code = int(r.exit_code) or -1, signal = str(r.signal), timed_out = str(r.timed_out),
-    stdout_truncated = r.stdout_truncated == true or nil,
-    stderr_truncated = r.stderr_truncated == true or nil,
-    running = r.running == true or nil,
-  }
-  if capture then
-    out.stdout, out.stderr = table.concat(capture.stdout), table.concat(capture.stderr)
-    out.stdout_truncated, out.stderr_truncated = capture.stdout.truncated, capture.stderr.truncated
-  elseif capture == nil then
-    out.stdout = decode_b64(r.stdout_base64, "sandbox exec returned invalid base64 stdout")
-    out.stderr = decode_b64(r.stderr_base64, "sandbox exec returned invalid base64 stderr")
-  else
+local function captured(req, kind)
+  local stream = req[kind]
+  if stream == nil then return "", nil end
+  return table.concat(stream), stream.truncated
+end
+
+-- The output of a result per req.capture: stdout, stderr and whether each
+-- was truncated. Raises a protocol error for invalid base64.
+local function result_output(r, req)
+  if req.capture == "events" then
+    local stdout, stdout_truncated = captured(req, "stdout")
+    local stderr, stderr_truncated = captured(req, "stderr")
+    return stdout, stderr, stdout_truncated, stderr_truncated
+  elseif req.capture == "none" then
     -- nothing was kept on purpose: the provider's "truncated" for a cap of 0 says nothing
-    out.stdout_truncated, out.stderr_truncated = nil, nil
+    return nil, nil, nil, nil
   end
-  out.ok = out.exit_code == 0 and not out.timed_out and not out.running
-  return out
+  return decode_b64(r.stdout_base64, "sandbox exec returned invalid base64 stdout"),
+    decode_b64(r.stderr_base64, "sandbox exec returned invalid base64 stderr"),
+    r.stdout_truncated == true or nil, r.stderr_truncated == true or nil
+end
+
+-- The result of exec or wait, made in one constructor (no rehash).
+local function build_result(r, req, argv, op, path)
+  local ok, stdout, stderr, stdout_truncated, stderr_truncated = pcall(result_output, r, req)
+  if not ok then error(errors.with_context(stdout, op, path), 0) end
+  local exit_code, timed_out, running = int(r.exit_code) or -1, str(r.timed_out), r.running == true or nil
+  return {
+    ok = exit_code == 0 and not timed_out and not running,
+    exit_code = exit_code, signal = str(r.signal), timed_out = timed_out, running = running,
+    stdout = stdout, stderr = stderr,
+    stdout_truncated = stdout_truncated, stderr_truncated = stderr_truncated,
+    process_id = req.process_id, argv = argv,
+  }
 end
 
 local OPTION_TYPES = {cwd = "string", stdin = "string", timeout = "number", idle_timeout = "number",
@@ -481,67 +504,73 @@ local function check_argv(spec, op)
   return argv
 end
 
--- The fields of an exec/spawn request, extensions only where announced.
-function Session:process_fields(spec, argv, op)
-  local caps = self.capabilities
-  local fields = {argv = argv, cwd = spec.cwd or null, env = spec.env or null}
-  local raw
-  if spec.stdin ~= nil then raw = {"stdin_base64", core.b64encode(spec.stdin)} else fields.stdin_base64 = null end
-  if caps.timeout then
-    fields.timeout_ms = spec.timeout and math.floor(spec.timeout * 1000 + 0.5) or nil
-    fields.idle_timeout_ms = spec.idle_timeout and math.floor(spec.idle_timeout * 1000 + 0.5) or nil
-  end
-  if caps.output_limit and op == "exec" then
-    fields.max_output_bytes = 0   -- no copy in the result: see new_capture
-  end
-  return fields, raw
+local function milliseconds(seconds)
+  return math.floor(seconds * 1000 + 0.5)  -- an integer: concatenates without ".0"
 end
 
--- How exec's output is captured: false (not at all), an event capture
--- (sessions announcing "output_limit"), or nil (the result's copy).
-function Session:exec_capture(spec)
-  if spec.capture == false then return false end
-  if not self.capabilities.output_limit then return nil end
-  return new_capture(spec.max_output_bytes or sandbox.max_output_bytes)
+--[[
+The params of an exec/spawn request as JSON text, extensions only where
+announced. Built by concatenation around cjson's encoding of each value
+(argv, cwd, env): encoding a whole params table costs several times more,
+and this is every command's hot path. stdin's base64 needs no escaping.
+]]
+function Session:process_params(spec, argv, op)
+  local caps = self.capabilities
+  local extra = ""
+  if caps.timeout and spec.timeout then extra = ',"timeout_ms":' .. milliseconds(spec.timeout) end
+  if caps.timeout and spec.idle_timeout then
+    extra = extra .. ',"idle_timeout_ms":' .. milliseconds(spec.idle_timeout)
+  end
+  if caps.output_limit and op == "exec" then
+    extra = extra .. ',"max_output_bytes":0'   -- no copy in the result: see capture "events"
+  end
+  return '{"session":' .. self._session_json .. ',"argv":' .. codec.encode(argv)
+    .. ',"cwd":' .. (spec.cwd and codec.encode(spec.cwd) or "null")
+    .. ',"env":' .. (spec.env and codec.encode(spec.env) or "null")
+    .. ',"stdin_base64":' .. (spec.stdin and '"' .. core.b64encode(spec.stdin) .. '"' or "null")
+    .. extra .. "}"
+end
+
+-- A new process request state (see capture_chunk) for exec/spawn's spec.
+function Session:process_state(spec, op)
+  if op ~= "exec" then return {spec = spec, capture = "result"} end
+  if spec.capture == false then return {spec = spec, capture = "none"} end
+  if not self.capabilities.output_limit then return {spec = spec, capture = "result"} end
+  return {spec = spec, capture = "events", limit = spec.max_output_bytes or sandbox.max_output_bytes}
 end
 
 -- After a failed process request: a cancelled waiter kills what it started.
-function Session:kill_on_cancel(err, state)
+function Session:kill_on_cancel(err, req)
   local cancelled = type(err) == "table" and err.code == "cancelled"
-  if cancelled and state.process_id and self.capabilities.process and self._conn:alive() then
+  if cancelled and req.process_id and self.capabilities.process and self._conn:alive() then
     pcall(self._conn.notify, self._conn, "kill",
-      self:params_json({process_id = state.process_id, signal = "KILL"}))
+      self:params_json({process_id = req.process_id, signal = "KILL"}))
   end
 end
 
-function Session:process_request(method, spec, fields, raw, argv, capture)
-  local state = {capture = capture or nil}
-  local ok, r = pcall(self.call, self, method, fields,
-    {raw = raw, op = method, path = argv[1], on_event = event_handler(spec, state)})
+-- Sends a process request (params: JSON text); returns its result table.
+function Session:process_request(method, params, req, op, path)
+  local ok, r = self._conn:try_request(method, params, on_process_event, req)
   if not ok then
-    self:kill_on_cancel(r, state)
-    error(r, 0)
+    self:kill_on_cancel(r, req)
+    error(errors.with_context(r, op, path), 0)
   end
-  return r, state
+  return check_object(r, method, op, path)
 end
 
 function Session:exec(spec)
   check_open(self, "exec")
   local argv = check_argv(spec, "exec")
-  local fields, raw = self:process_fields(spec, argv, "exec")
-  local capture = self:exec_capture(spec)
-  local r, state = self:process_request("exec", spec, fields, raw, argv, capture)
-  local ok, result = pcall(build_result, r, capture)
-  if not ok then error(errors.with_context(result, "exec", argv[1]), 0) end
-  result.process_id, result.argv = state.process_id, argv
-  return result
+  local req = self:process_state(spec, "exec")
+  local r = self:process_request("exec", self:process_params(spec, argv, "exec"), req, "exec", argv[1])
+  return build_result(r, req, argv, "exec", argv[1])
 end
 
 function Session:spawn(spec)
   check_open(self, "spawn")
   local argv = check_argv(spec, "spawn")
-  local fields, raw = self:process_fields(spec, argv, "spawn")
-  local r = self:process_request("spawn", spec, fields, raw, argv)
+  local req = self:process_state(spec, "spawn")
+  local r = self:process_request("spawn", self:process_params(spec, argv, "spawn"), req, "spawn", argv[1])
   if type(r.process_id) ~= "string" then
     errors.raise{code = "protocol", op = "spawn", path = argv[1], message = "spawn result has no string process_id"}
   end
@@ -565,15 +594,17 @@ end
 -- streams output not yet delivered to the spawn's callbacks (or opts').
 function Process:wait(opts)
   opts = opts or {}
-  local callbacks = {on_stdout = opts.on_stdout or self._callbacks.on_stdout,
+  local sb = self.session
+  check_open(sb, "wait")
+  sb:require_capability("process", "wait", self.process_id)
+  local req = {spec = {on_stdout = opts.on_stdout or self._callbacks.on_stdout,
     on_stderr = opts.on_stderr or self._callbacks.on_stderr,
-    on_event = opts.on_event or self._callbacks.on_event}
-  local fields = {timeout_ms = opts.timeout and math.floor(opts.timeout * 1000 + 0.5) or nil}
-  local r = self:request("wait", fields, {on_event = event_handler(callbacks, {})})
-  local ok, result = pcall(build_result, r, opts.capture == false and false or nil)
-  if not ok then error(errors.with_context(result, "wait", self.process_id), 0) end
-  result.argv = table.move(self.argv, 1, #self.argv, 1, {})
-  return result
+    on_event = opts.on_event or self._callbacks.on_event},
+    capture = opts.capture == false and "none" or "result"}
+  local params = sb:params_json({process_id = self.process_id,
+    timeout_ms = opts.timeout and milliseconds(opts.timeout) or nil})
+  local r = sb:process_request("wait", params, req, "wait", self.process_id)
+  return build_result(r, req, table.move(self.argv, 1, #self.argv, 1, {}), "wait", self.process_id)
 end
 
 function Process:kill(signal)
