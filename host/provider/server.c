@@ -38,15 +38,20 @@ static struct {
   char file_chunk[READ_CHUNK];
   linebuf lines;
   uv_signal_t signals[3];
-  size_t queued;                     /* bytes handed to uv_write and not yet written */
+  size_t queued;                     /* bytes of lines composed and not yet written */
   bool congested, stopping, out_failed;
   bool abandon_output;               /* stopping on a signal: do not wait for a host that may not read */
+  uv_prepare_t flusher;              /* runs before the loop waits: writes the turn's lines */
+  bool flusher_open;
+  uv_buf_t *turn;                    /* lines composed this loop turn, not handed to uv_write yet */
+  size_t turn_n, turn_cap;
 } srv;
 
+/* One writev of the lines of one loop turn; each line is freed once written. */
 typedef struct outmsg {
   uv_write_t req;
-  char *data;
-  size_t len;
+  size_t len, n;
+  uv_buf_t bufs[];
 } outmsg;
 
 static void read_stdin_file(void);
@@ -55,9 +60,16 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
 
 /* ===== writing ===== */
 
+static void free_turn(void) {
+  for (size_t i = 0; i < srv.turn_n; i++) free(srv.turn[i].base);
+  srv.turn_n = 0;
+}
+
 static void close_out_if_done(void) {
   if (srv.stopping && srv.out_open && (srv.queued == 0 || srv.abandon_output)) {
     srv.out_open = false;
+    free_turn();   /* abandoned: nobody reads them */
+    if (srv.flusher_open) { srv.flusher_open = false; uv_close((uv_handle_t *)&srv.flusher, NULL); }
     if (!srv.out_is_file) uv_close((uv_handle_t *)&srv.out.stream, NULL);
   }
 }
@@ -75,7 +87,7 @@ static void set_congested(bool on) {
 static void on_written(uv_write_t *req, int status) {
   outmsg *m = (outmsg *)req;
   srv.queued -= m->len;
-  free(m->data);
+  for (size_t i = 0; i < m->n; i++) free(m->bufs[i].base);
   free(m);
   if (status < 0 && !srv.out_failed) {
     /* The host is gone: nobody will read another reply, so stop everything. */
@@ -96,17 +108,39 @@ static void write_file_sync(char *data, size_t len) {
   free(data);
 }
 
-/* Queues one complete line (malloc'ed, ends in '\n'); takes ownership. */
+/*
+** Hands the turn's lines to one uv_write: a single writev, so an exec's
+** `exited` event and its result (or a read's several output events) reach
+** the host together and wake it once, not once per line.
+*/
+static void flush_turn(uv_prepare_t *h) {
+  uv_prepare_stop(h);
+  if (srv.turn_n == 0) return;
+  outmsg *m = malloc(sizeof *m + srv.turn_n * sizeof m->bufs[0]);
+  m->n = srv.turn_n;
+  m->len = 0;
+  for (size_t i = 0; i < m->n; i++) { m->bufs[i] = srv.turn[i]; m->len += srv.turn[i].len; }
+  srv.turn_n = 0;
+  int rc = uv_write(&m->req, &srv.out.stream, m->bufs, (unsigned)m->n, on_written);
+  if (rc < 0) {
+    srv.queued -= m->len;
+    for (size_t i = 0; i < m->n; i++) free(m->bufs[i].base);
+    free(m);
+    srv.out_failed = true;
+  }
+}
+
+/* Queues one complete line (malloc'ed, ends in '\n'); takes ownership. Written before the loop next waits. */
 static void emit(char *data, size_t len) {
   if (!srv.out_open || srv.out_failed) { free(data); return; }
   if (srv.out_is_file) { write_file_sync(data, len); return; }
-  outmsg *m = malloc(sizeof *m);
-  m->data = data;
-  m->len = len;
-  uv_buf_t buf = uv_buf_init(data, (unsigned)len);
+  if (srv.turn_n == srv.turn_cap) {
+    srv.turn_cap = srv.turn_cap ? 2 * srv.turn_cap : 16;
+    srv.turn = realloc(srv.turn, srv.turn_cap * sizeof *srv.turn);
+  }
+  srv.turn[srv.turn_n++] = (uv_buf_t){.base = data, .len = len};
+  if (srv.turn_n == 1) uv_prepare_start(&srv.flusher, flush_turn);
   srv.queued += len;
-  int rc = uv_write(&m->req, &srv.out.stream, &buf, 1, on_written);
-  if (rc < 0) { srv.queued -= len; free(data); free(m); srv.out_failed = true; return; }
   if (srv.queued > QUEUE_HIGH) set_congested(true);
 }
 
@@ -351,6 +385,7 @@ int server_init(uv_loop_t *loop) {
     return -1;
   }
   srv.out_open = true;
+  if (!srv.out_is_file) { uv_prepare_init(loop, &srv.flusher); srv.flusher_open = true; }
   start_signals();
   if (srv.in_is_file) read_stdin_file();
   else uv_read_start(&srv.in.stream, alloc_chunk, on_read);
@@ -367,6 +402,8 @@ static void stop_reading(void) {
 
 void server_cleanup(void) {
   linebuf_free(&srv.lines);
+  free_turn();
+  free(srv.turn);
 }
 
 void server_stop(request *shutdown_req) {
