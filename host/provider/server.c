@@ -47,11 +47,12 @@ static struct {
   size_t turn_n, turn_cap;
 } srv;
 
-/* One writev of the lines of one loop turn; each line is freed once written. */
+/* The lines of one loop turn that a try-write left over; each is freed once written. */
 typedef struct outmsg {
   uv_write_t req;
   size_t len, n;
-  uv_buf_t bufs[];
+  char *first;             /* bufs[0]'s line as malloc'ed: bufs[0] may start past its written part */
+  uv_buf_t *bufs;
 } outmsg;
 
 static void read_stdin_file(void);
@@ -84,10 +85,17 @@ static void set_congested(bool on) {
   else uv_read_start(&srv.in.stream, alloc_chunk, on_read);
 }
 
+static void after_write(void) {
+  if (srv.congested && srv.queued < QUEUE_LOW) set_congested(false);
+  close_out_if_done();
+}
+
 static void on_written(uv_write_t *req, int status) {
   outmsg *m = (outmsg *)req;
   srv.queued -= m->len;
-  for (size_t i = 0; i < m->n; i++) free(m->bufs[i].base);
+  free(m->first);
+  for (size_t i = 1; i < m->n; i++) free(m->bufs[i].base);
+  free(m->bufs);
   free(m);
   if (status < 0 && !srv.out_failed) {
     /* The host is gone: nobody will read another reply, so stop everything. */
@@ -95,8 +103,7 @@ static void on_written(uv_write_t *req, int status) {
     if (status != UV_ECANCELED) fprintf(stderr, "smolwf-provider: writing to stdout: %s\n", uv_strerror(status));
     server_stop(NULL);
   }
-  if (srv.congested && srv.queued < QUEUE_LOW) set_congested(false);
-  close_out_if_done();
+  after_write();
 }
 
 static void write_file_sync(char *data, size_t len) {
@@ -108,26 +115,51 @@ static void write_file_sync(char *data, size_t len) {
   free(data);
 }
 
+/* Hands the turn's lines from line k on, the first `done` bytes of line k written already, to uv_write. */
+static void queue_rest(size_t k, size_t done) {
+  size_t n = srv.turn_n - k;
+  outmsg *m = malloc(sizeof *m);
+  m->bufs = malloc(n * sizeof m->bufs[0]);
+  m->n = n;
+  m->first = srv.turn[k].base;
+  m->len = 0;
+  for (size_t i = 0; i < n; i++) { m->bufs[i] = srv.turn[k + i]; m->len += m->bufs[i].len; }
+  m->bufs[0].base += done;
+  m->bufs[0].len -= done;
+  m->len -= done;
+  srv.queued -= done;
+  srv.turn_n = 0;
+  int rc = uv_write(&m->req, &srv.out.stream, m->bufs, (unsigned)n, on_written);
+  if (rc < 0) {
+    srv.queued -= m->len;
+    free(m->first);
+    for (size_t i = 1; i < n; i++) free(m->bufs[i].base);
+    free(m->bufs);
+    free(m);
+    srv.out_failed = true;
+  }
+}
+
 /*
-** Hands the turn's lines to one uv_write: a single writev, so an exec's
-** `exited` event and its result (or a read's several output events) reach
-** the host together and wake it once, not once per line.
+** Writes the turn's lines with one writev: an exec's `exited` event and
+** its result (or a read's several output events) reach the host together
+** and wake it once, not once per line. What the pipe cannot take now goes
+** to uv_write (which keeps the order); a try-write that takes everything
+** leaves no write request behind, so the loop has nothing more to run.
 */
 static void flush_turn(uv_prepare_t *h) {
   uv_prepare_stop(h);
   if (srv.turn_n == 0) return;
-  outmsg *m = malloc(sizeof *m + srv.turn_n * sizeof m->bufs[0]);
-  m->n = srv.turn_n;
-  m->len = 0;
-  for (size_t i = 0; i < m->n; i++) { m->bufs[i] = srv.turn[i]; m->len += srv.turn[i].len; }
-  srv.turn_n = 0;
-  int rc = uv_write(&m->req, &srv.out.stream, m->bufs, (unsigned)m->n, on_written);
-  if (rc < 0) {
-    srv.queued -= m->len;
-    for (size_t i = 0; i < m->n; i++) free(m->bufs[i].base);
-    free(m);
-    srv.out_failed = true;
+  int rc = uv_try_write(&srv.out.stream, srv.turn, (unsigned)srv.turn_n);
+  size_t done = rc > 0 ? (size_t)rc : 0, k = 0;
+  for (; k < srv.turn_n && done >= srv.turn[k].len; k++) {
+    done -= srv.turn[k].len;
+    srv.queued -= srv.turn[k].len;
+    free(srv.turn[k].base);
   }
+  if (k < srv.turn_n) queue_rest(k, done);
+  srv.turn_n = 0;
+  after_write();
 }
 
 /* Queues one complete line (malloc'ed, ends in '\n'); takes ownership. Written before the loop next waits. */
