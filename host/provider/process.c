@@ -27,6 +27,8 @@
 #define DEFAULT_GRACE_MS 2000
 #define SPAWN_BUFFER (1024 * 1024)
 #define PIPE_SIZE (1024 * 1024)
+/* The kernel's default pipe size: a read this large found the pipe full. */
+#define DEFAULT_PIPE_SIZE (64 * 1024)
 /* A whole pipe's worth per read: fewer reads and wakeups; deliver() cuts it into events. */
 #define READ_BUFFER PIPE_SIZE
 #define EVENT_CHUNK (256 * 1024)
@@ -274,12 +276,27 @@ static void alloc_read(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   buf->len = sizeof read_buffer;
 }
 
+/*
+** Output pipes start at the kernel's 64 KiB; one that a read found full is
+** grown to 1 MiB, so a fast writer fills a whole READ_BUFFER before we must
+** wake up (fewer reads, wakeups and events). Commands with little output
+** (most execs) never pay the fcntl nor hold 1 MiB of the user's pipe
+** allowance (fs.pipe-user-pages-soft). Failing to grow is harmless.
+*/
+static void grow_pipe(outstream *o, size_t n) {
+  if (o->grown || n < DEFAULT_PIPE_SIZE) return;
+  o->grown = true;
+  uv_os_fd_t fd;
+  if (uv_fileno((uv_handle_t *)&o->pipe, &fd) == 0) fcntl(fd, F_SETPIPE_SZ, PIPE_SIZE);
+}
+
 static void on_output(uv_stream_t *stream, ssize_t n, const uv_buf_t *buf) {
   (void)buf;
   proc *p = stream->data;
   outstream *o = stream == (uv_stream_t *)&p->out.pipe ? &p->out : &p->err;
   if (n > 0) {
     if (p->idle_ms && !p->timed_out) uv_timer_again(&p->idle_timer);
+    grow_pipe(o, (size_t)n);
     deliver(p, o, read_buffer, (size_t)n);
     return;
   }
@@ -420,13 +437,22 @@ static bool parse_opts(const session *s, const cJSON *params, start_opts *o, fai
                DEFAULT_MAX_OUTPUT));
 }
 
-static int make_pipes(int fds[3][2]) {
+/*
+** A command that reads no stdin gets the provider's /dev/null (an empty,
+** closed stdin, as the protocol asks) instead of a pipe of its own: one
+** pipe2 and two closes fewer per exec. Opened once, kept for good.
+*/
+static int null_stdin(void) {
+  static int fd = -1;
+  if (fd < 0) fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  return fd;
+}
+
+/* Pipes for stdout and stderr, and for stdin only when want_stdin (fds[0] stays -1 otherwise). */
+static int make_pipes(int fds[3][2], bool want_stdin) {
   for (int i = 0; i < 3; i++) fds[i][0] = fds[i][1] = -1;
-  for (int i = 0; i < 3; i++)
+  for (int i = want_stdin ? 0 : 1; i < 3; i++)
     if (pipe2(fds[i], O_CLOEXEC) < 0) return -errno;
-  /* Fewer, larger reads: a fast writer fills 1 MiB before we must wake up. */
-  fcntl(fds[1][1], F_SETPIPE_SZ, PIPE_SIZE);
-  fcntl(fds[2][1], F_SETPIPE_SZ, PIPE_SIZE);
   return 0;
 }
 
@@ -481,12 +507,12 @@ static void queue_stdin(proc *p, char *data, size_t len, request *r) {
   if (rc < 0) on_stdin_written(&w->req, rc);
 }
 
-/* Parent ends of the pipes into uv handles; stdin kept open only when asked to. */
-static void attach_pipes(proc *p, int fds[3][2], bool keep_stdin) {
+/* Parent ends of the pipes into uv handles; stdin's only when it is a pipe. */
+static void attach_pipes(proc *p, int fds[3][2]) {
   open_stream(p, &p->out, fds[1][0]);
   open_stream(p, &p->err, fds[2][0]);
   fds[1][0] = fds[2][0] = -1;
-  if (!keep_stdin) { close(fds[0][1]); fds[0][1] = -1; return; }
+  if (fds[0][1] < 0) return;
   uv_pipe_init(p->session->loop, &p->in, 0);
   uv_pipe_open(&p->in, fds[0][1]);
   fds[0][1] = -1;
@@ -495,12 +521,12 @@ static void attach_pipes(proc *p, int fds[3][2], bool keep_stdin) {
 }
 
 /* Starts the command of o for p; -errno when no process could be made. */
-static int start_command(session *s, proc *p, start_opts *o, bool keep_stdin) {
+static int start_command(session *s, proc *p, start_opts *o, bool want_stdin) {
   int fds[3][2];
-  int rc = make_pipes(fds);
+  int rc = make_pipes(fds, want_stdin);
   spawn_spec spec = {
     .argv = o->argv, .envp = o->envp, .cwd = o->cwd,
-    .fd_in = fds[0][0], .fd_out = fds[1][1], .fd_err = fds[2][1],
+    .fd_in = want_stdin ? fds[0][0] : null_stdin(), .fd_out = fds[1][1], .fd_err = fds[2][1],
     .limits = &s->profile->limits,
   };
   if (rc == 0) rc = s->backend->start(s, p, &spec);
@@ -508,7 +534,7 @@ static int start_command(session *s, proc *p, start_opts *o, bool keep_stdin) {
   int child_ends[3] = {fds[0][0], fds[1][1], fds[2][1]};
   for (int i = 0; i < 3; i++) if (child_ends[i] >= 0) close(child_ends[i]);
   fds[0][0] = fds[1][1] = fds[2][1] = -1;
-  if (rc == 0) attach_pipes(p, fds, keep_stdin);
+  if (rc == 0) attach_pipes(p, fds);
   close_fds(fds, 0);
   close_fds(fds, 1);
   return rc;
@@ -530,9 +556,9 @@ static proc *start(request *r, session *s, const cJSON *params, bool is_exec) {
   failure f;
   if (!parse_opts(s, params, &o, &f)) { opts_free(&o); reply_failure(r, &f); return NULL; }
   proc *p = proc_new(s, is_exec, &o);
-  /* A spawn without stdin data keeps a pipe open for write_stdin. */
-  bool keep_stdin = o.has_stdin || !is_exec;
-  int rc = start_command(s, p, &o, keep_stdin);
+  /* A pipe only for data to write, or for write_stdin (a spawn given no stdin_base64). */
+  bool want_stdin = o.stdin_len > 0 || (!is_exec && !o.has_stdin);
+  int rc = start_command(s, p, &o, want_stdin);
   if (rc < 0) {
     reply_error(r, errno_code(-rc), "%s: cannot start `%s`: %s", r->method, o.argv[0], strerror(-rc));
     opts_free(&o);

@@ -37,6 +37,7 @@ typedef struct outstream {
   bool open;               /* pipe handle initialised and not closed yet */
   bool eof;
   bool reading;
+  bool grown;              /* pipe grown to 1 MiB (process.c grow_pipe) */
   bytes captured;          /* what the current exec/wait result will hold */
   bool truncated;
   ring buffered;           /* spawned process, no wait attached: kept here */
