@@ -78,21 +78,25 @@ static void on_child_ready(uv_poll_t *h, int status, int events) {
   if (!p) return;
   session *s = p->session;   /* p may be forgotten by proc_exited */
   unlink_watch(s, w);
+  if (rc == w->pid) session_group_leader_reaped(s, w->pid);
   proc_exited(p, wstatus);
   disk_watch_changed(s, true);
 }
 
 /*
-** Drops groups that no longer exist, so a long session does not grow its
-** list, and groups whose number now belongs to someone else's group (pids
-** are reused quickly: pid_max is often 32768), so close never kills those.
+** Drops groups whose leader we reaped and that no longer exist, so a long
+** session does not grow its list, and those whose number now belongs to
+** someone else (pids are reused quickly: pid_max is often 32768), so close
+** never kills those. A group whose leader is not reaped yet is ours and
+** exists: nothing to check.
 */
 static void prune_groups(session *s) {
   size_t kept = 0;
   for (size_t i = 0; i < s->ngroups; i++) {
     pid_t g = s->groups[i];
-    if ((kill(-g, 0) == 0 || errno != ESRCH) && group_still_ours(g, s->group_starts[i])) {
-      s->group_starts[kept] = s->group_starts[i];
+    bool reaped = s->group_reaped[i];
+    if (!reaped || ((kill(-g, 0) == 0 || errno != ESRCH) && group_still_ours(g, true))) {
+      s->group_reaped[kept] = reaped;
       s->groups[kept++] = g;
     }
   }

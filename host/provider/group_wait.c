@@ -44,25 +44,8 @@ static bool running_member(pid_t pid, const pid_t *groups, size_t n) {
   return false;
 }
 
-unsigned long long process_start_time(pid_t pid) {
-  char path[64], buf[1024];
-  snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  ssize_t len = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (len <= 0) return 0;
-  buf[len] = '\0';
-  char *p = strrchr(buf, ')');   /* after "pid (comm)": comm may hold anything */
-  if (!p) return 0;
-  p++;
-  for (int field = 3; field < 22 && p; field++) p = strchr(p + 1, ' ');   /* to field 22 */
-  return p ? strtoull(p + 1, NULL, 10) : 0;
-}
-
-int group_still_ours(pid_t pgid, unsigned long long leader_start) {
-  unsigned long long now = process_start_time(pgid);
-  return now == 0 || now == leader_start;
+bool group_still_ours(pid_t pgid, bool leader_reaped) {
+  return !leader_reaped || (kill(pgid, 0) < 0 && errno == ESRCH);
 }
 
 static void watch_add(watch_set *w, int pidfd) {

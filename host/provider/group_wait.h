@@ -6,6 +6,7 @@
 #ifndef SMOL_GROUP_WAIT_H
 #define SMOL_GROUP_WAIT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -18,15 +19,13 @@
 */
 size_t groups_await_gone(const pid_t *groups, size_t n, int timeout_ms);
 
-/* When process pid started (clock ticks since boot, /proc/PID/stat), or 0 if there is none. */
-unsigned long long process_start_time(pid_t pid);
-
 /*
-** Whether process group pgid, whose leader started at leader_start, may
-** still be the group this provider made. A pgid number is only free again
-** once its group is empty; a live process now carrying that number with
-** another start time is a new group leader, and its group someone else's.
+** Whether process group pgid may still be the group this provider made.
+** A group's number is pinned while any member lives (the kernel does not
+** reuse it), and while our leader is unreaped its pid is ours. Once we
+** reaped the leader (leader_reaped), a live process carrying the number is
+** someone else's: the group emptied, the number was freed and reused.
 */
-int group_still_ours(pid_t pgid, unsigned long long leader_start);
+bool group_still_ours(pid_t pgid, bool leader_reaped);
 
 #endif

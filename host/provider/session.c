@@ -111,10 +111,24 @@ void session_add_group(session *s, pid_t pgid) {
   if (s->ngroups == s->groups_cap) {
     s->groups_cap = s->groups_cap ? 2 * s->groups_cap : 16;
     s->groups = realloc(s->groups, s->groups_cap * sizeof *s->groups);
-    s->group_starts = realloc(s->group_starts, s->groups_cap * sizeof *s->group_starts);
+    s->group_reaped = realloc(s->group_reaped, s->groups_cap * sizeof *s->group_reaped);
   }
-  s->group_starts[s->ngroups] = process_start_time(pgid);
+  s->group_reaped[s->ngroups] = false;
   s->groups[s->ngroups++] = pgid;
+}
+
+void session_group_leader_reaped(session *s, pid_t pgid) {
+  for (size_t i = 0; i < s->ngroups; i++) {
+    if (s->groups[i] != pgid || s->group_reaped[i]) continue;
+    if (kill(-pgid, 0) < 0 && errno == ESRCH) {   /* empty: its number may be reused from now on */
+      s->ngroups--;
+      s->groups[i] = s->groups[s->ngroups];
+      s->group_reaped[i] = s->group_reaped[s->ngroups];
+    } else {
+      s->group_reaped[i] = true;
+    }
+    return;
+  }
 }
 
 static void unlink_session(session *s) {
@@ -133,7 +147,7 @@ static void session_free(session *s) {
   free(s->id); free(s->root); free(s->workspace_host); free(s->tmp_host);
   free(s->workspace_view); free(s->tmp_view); free(s->cwd_view);
   free(s->groups);
-  free(s->group_starts);
+  free(s->group_reaped);
   free(s);
 }
 

@@ -34,8 +34,8 @@ typedef struct session {
   void *backend_data;       /* the backend's own state, released by backend->close */
   uv_loop_t *loop;
   struct proc *procs;       /* processes started and not yet forgotten (process.c) */
-  pid_t *groups;            /* process groups ever started here: killed at close */
-  unsigned long long *group_starts;  /* each group leader's start time, to tell a reused pgid */
+  pid_t *groups;            /* process groups started here that may still have members: killed at close */
+  bool *group_reaped;       /* its leader was reaped: a live process with that pid is not ours */
   size_t ngroups, groups_cap;
   struct disk_watch *disk;  /* the checked disk allowance (disk_cap.h), NULL without one */
   bool closing;
@@ -53,6 +53,12 @@ session *session_find(const char *id);
 
 /* Remembers a process group the session started, so close can kill it. */
 void session_add_group(session *s, pid_t pgid);
+
+/*
+** Called once the group's leader was reaped: forgets the group when it has
+** no member left (the common case), else remembers that the leader is gone.
+*/
+void session_group_leader_reaped(session *s, pid_t pgid);
 
 /* Kills the session's processes, removes its files and frees it. */
 void session_close(session *s);
