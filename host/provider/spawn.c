@@ -204,7 +204,9 @@ pid_t spawn_start(const spawn_spec *spec) {
   sigfillset(&all);
   /* No handler of the provider may run in the child while it shares our memory. */
   pthread_sigmask(SIG_SETMASK, &all, &old);
-  pid_t parent = getpid();
+  /* Our pid never changes (we never fork without exec): one getpid per process, not per spawn. */
+  static pid_t parent;
+  if (!parent) parent = getpid();
   pid_t pid = vfork();
   if (pid == 0) child_main(spec, parent);
   int err = errno;
