@@ -4,7 +4,8 @@
 ** Files are named after the concept they hold: callback.c (protected calls
 ** into Lua), sigint.c (Ctrl-C), timer.c, process.c, reader.c (pipe reading),
 ** stdio.c (the host's own stdin/stdout for Lua providers), tty.c
-** (terminal questions), b64.c, fs.c,
+** (terminal questions), b64.c, message.c (decoding protocol lines), router.c
+** (routing replies to their requests), fs.c,
 ** core.c (the smol.core module table), exitpath.c (orderly shutdown),
 ** luapath.c (package.path), cli.c and main.c (the command line).
 */
@@ -51,6 +52,18 @@ void sigint_open(lua_State *L);       /* core.resume: resumes a task, watched fo
 int signal_from_name(const char *name); /* -1 when unknown; accepts "TERM" and "SIGTERM" */
 const char *signal_to_name(int signo);  /* NULL when unknown */
 
+/* router.c: reply lines straight to their request's queue (see there) */
+typedef struct reply_router {
+  int on, pending_ref, notify_ref, max_depth;
+  size_t max_line;
+} reply_router;
+int router_take(const reply_router *rt, lua_State *L, const char *line, size_t len); /* 1: routed */
+void router_on(lua_State *L, reply_router *rt, int idx); /* args at idx..idx+3 */
+void router_off(reply_router *rt);
+
+/* message.c: pushes id, kind, body of a protocol line (3), or fail, why (2) */
+int message_push(lua_State *L, const char *line, size_t len, int max_depth);
+
 /* reader.c: reading a pipe in "lines" or "chunks" mode into a Lua callback */
 typedef struct reader reader;
 typedef void (*reader_done_fn)(reader *r, void *owner);
@@ -64,6 +77,7 @@ struct reader {
   reader_done_fn on_done;   /* after EOF/error was delivered */
   reader_done_fn on_closed; /* from the pipe's close callback */
   linebuf lb;
+  reply_router router;      /* lines mode: replies routed in C while on */
 };
 int reader_init(reader *r, uv_loop_t *loop, int lines, size_t max_line,
                 void *owner, reader_done_fn on_done, reader_done_fn on_closed);
@@ -82,6 +96,8 @@ int reader_finished(const reader *r);  /* EOF/error delivered, or closed */
 typedef void (*write_done_fn)(void *owner, int status);
 int write_anchored(lua_State *L, uv_stream_t *stream, int idx, size_t *pending,
                    void *owner, write_done_fn done);  /* 0 or a UV_E* code */
+int write_pieces(lua_State *L, uv_stream_t *stream, int first, int last, size_t *pending,
+                 void *owner, write_done_fn done);    /* strings/integers as one write */
 
 /* spawn_opts.c: checking core.spawn's options table (misuse raises) */
 enum { STREAM_IGNORE, STREAM_INHERIT, STREAM_LINES, STREAM_CHUNKS };
@@ -97,6 +113,7 @@ void spawn_opts_check(lua_State *L, int idx, spawn_opts *o); /* pushes anchors *
 void timer_open(lua_State *L);
 void process_open(lua_State *L);
 void b64_open(lua_State *L);
+void message_open(lua_State *L);        /* message.c: core.decode_message */
 void fs_open(lua_State *L);
 void loop_open(lua_State *L);
 void stdio_open(lua_State *L);

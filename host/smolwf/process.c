@@ -371,11 +371,21 @@ static int proc_write(lua_State *L) {
   return 0;
 }
 
-/* proc:write for callers that handle a failure as a value (a request that
-** cannot be sent): true, or nil and the message; raises no error, so the
-** caller needs no pcall on its hot path. */
+/*
+** proc:try_write(piece, ...): the pieces (strings, or integers in decimal)
+** written to the child's stdin as one, for callers that handle a failure
+** as a value (a request that cannot be sent): true, or nil and the
+** message. It raises only for a bad argument, so the hot path of a
+** request needs no pcall and no Lua string of its whole line.
+*/
 static int proc_try_write(lua_State *L) {
-  const char *failure = write_stdin(L, check_box(L)->p);
+  proc *p = check_box(L)->p;
+  const char *failure = "stdin is closed";
+  if (p != NULL && p->stdin_state == STDIN_OPEN) {
+    int rc = write_pieces(L, (uv_stream_t *)&p->stdin_pipe, 2, lua_gettop(L),
+                          &p->pending_write, p, on_written);
+    failure = rc != 0 ? uv_strerror(rc) : NULL;
+  }
   if (failure == NULL) {
     lua_pushboolean(L, 1);
     return 1;
@@ -383,6 +393,18 @@ static int proc_try_write(lua_State *L) {
   luaL_pushfail(L);
   lua_pushstring(L, failure);
   return 2;
+}
+
+/* proc:route_replies(pending, notify, max_depth, max_line) or (nil): see router.c */
+static int proc_route_replies(lua_State *L) {
+  proc *p = check_box(L)->p;
+  int on = !lua_isnoneornil(L, 2);
+  if (on && (p == NULL || !p->has_out || !p->out.lines))
+    return luaL_error(L, "route_replies: the process has no stdout in lines mode");
+  if (p == NULL || !p->has_out) return 0;
+  if (on) router_on(L, &p->out.router, 2);
+  else router_off(&p->out.router);
+  return 0;
 }
 
 static int proc_close_stdin(lua_State *L) {
@@ -493,7 +515,8 @@ void process_close_all(void) {
 
 void process_open(lua_State *L) {
   static const luaL_Reg methods[] = {
-    {"write", proc_write}, {"try_write", proc_try_write}, {"close_stdin", proc_close_stdin},
+    {"write", proc_write}, {"try_write", proc_try_write},
+    {"route_replies", proc_route_replies}, {"close_stdin", proc_close_stdin},
     {"kill", proc_kill}, {"pending_write_bytes", proc_pending_write_bytes},
     {"close", proc_close}, {NULL, NULL}};
   static const luaL_Reg meta[] = {

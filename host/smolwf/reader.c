@@ -34,6 +34,7 @@ static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf) {
 static void call_back(reader *r, const char *data, size_t n, const char *err) {
   if (r->cb_ref == LUA_NOREF) return;
   lua_State *L = host_get()->L;
+  if (r->router.on && data != NULL && router_take(&r->router, L, data, n)) return;
   lua_rawgeti(L, LUA_REGISTRYINDEX, r->cb_ref);
   if (data != NULL) lua_pushlstring(L, data, n);
   else lua_pushnil(L);
@@ -113,6 +114,7 @@ static void init_fields(reader *r, int lines, size_t max_line, void *owner,
   r->owner = owner;
   r->on_done = on_done;
   r->on_closed = on_closed_fn;
+  r->router = (reply_router){0, LUA_NOREF, LUA_NOREF, 0, 0};
   linebuf_init(&r->lb, max_line);
 }
 
@@ -155,7 +157,10 @@ int reader_start(reader *r) {
   return rc;
 }
 
-void reader_detach(reader *r) { host_unref(&r->cb_ref); }
+void reader_detach(reader *r) {
+  host_unref(&r->cb_ref);
+  router_off(&r->router);
+}
 
 void reader_close(reader *r) {
   reader_detach(r);

@@ -10,6 +10,7 @@
 #include "host.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include <lauxlib.h>
 
@@ -75,4 +76,81 @@ int write_anchored(lua_State *L, uv_stream_t *stream, int idx, size_t *pending,
   size_t written = write_now(stream, s, len);
   if (written == len) return 0;
   return write_queued(L, stream, idx, s + written, len - written, pending, owner, done);
+}
+
+/*
+** The pieces at stack indexes first..last (strings, or integers written
+** in decimal), written as one: a request line is sent from its constant
+** parts and its id with one writev and no Lua string of the whole line
+** (making that string, and the id's text through snprintf, cost more than
+** the write). What the pipe does not take at once is queued as one string.
+*/
+#define MAX_PIECES 16
+
+typedef struct pieces {
+  uv_buf_t bufs[MAX_PIECES];
+  char digits[MAX_PIECES][24];
+  unsigned n;
+  size_t total;
+} pieces;
+
+/* The decimal digits of v at the end of buf (24 bytes); returns their start. */
+static char *format_integer(lua_Integer v, char *buf) {
+  char *p = buf + 24;
+  /* negate as unsigned: no overflow for the most negative value */
+  unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+  do *--p = (char)('0' + u % 10); while ((u /= 10) != 0);
+  if (v < 0) *--p = '-';
+  return p;
+}
+
+static void gather(lua_State *L, int first, int last, pieces *ps) {
+  luaL_argcheck(L, last - first + 1 <= MAX_PIECES, first + MAX_PIECES, "too many pieces");
+  ps->n = 0;
+  ps->total = 0;
+  for (int i = first; i <= last; i++) {
+    size_t len;
+    const char *s;
+    if (lua_isinteger(L, i)) {
+      char *digits = ps->digits[ps->n];
+      s = format_integer(lua_tointeger(L, i), digits);
+      len = (size_t)(digits + 24 - s);
+    } else {
+      s = luaL_checklstring(L, i, &len);
+    }
+    ps->bufs[ps->n++] = uv_buf_init((char *)s, (unsigned)len);
+    ps->total += len;
+  }
+}
+
+/* Pushes the bytes of ps from offset skip on as one Lua string. */
+static void push_rest(lua_State *L, const pieces *ps, size_t skip) {
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  for (unsigned i = 0; i < ps->n; i++) {
+    size_t len = ps->bufs[i].len;
+    if (skip >= len) {
+      skip -= len;
+      continue;
+    }
+    luaL_addlstring(&b, ps->bufs[i].base + skip, len - skip);
+    skip = 0;
+  }
+  luaL_pushresult(&b);
+}
+
+int write_pieces(lua_State *L, uv_stream_t *stream, int first, int last, size_t *pending,
+                 void *owner, write_done_fn done) {
+  pieces ps;
+  gather(L, first, last, &ps);
+  if (ps.total == 0) return 0;
+  int n = uv_try_write(stream, ps.bufs, ps.n);
+  size_t written = n > 0 ? (size_t)n : 0;
+  if (written == ps.total) return 0;
+  push_rest(L, &ps, written);
+  size_t len;
+  const char *rest = lua_tolstring(L, -1, &len);
+  int rc = write_queued(L, stream, lua_gettop(L), rest, len, pending, owner, done);
+  lua_pop(L, 1);
+  return rc;
 }

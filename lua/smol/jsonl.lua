@@ -32,11 +32,14 @@ Faults:
 ]]
 
 local cjson = require "cjson"
+local cjson_safe = require "cjson.safe"
 local core = require "smol.core"
 local task = require "smol.task"
 local errors = require "smol.errors"
 
 local jsonl = {}
+local null = cjson.null
+local decode_message = core.decode_message
 
 jsonl.DEFAULT_MAX_LINE = 256 * 1024 * 1024
 jsonl.DEFAULT_MAX_DEPTH = 128
@@ -49,6 +52,27 @@ local EXIT_GRACE = 2
 -- notifying the current ones.
 local observers = {}
 local connections = 0   -- connection numbers, for observers and names
+local running = setmetatable({}, {__mode = "k"})  -- connections whose replies the host may route
+
+--[[
+Replies are routed to their reply queues in C (proc:route_replies, see
+host/smolwf/router.c) while the connection runs and no observer wants to
+see every line; lines routing does not take come to Conn:on_line.
+]]
+local SPLIT_MIN = 4096  -- lines this long may be streamed output: see decode_split
+
+local function update_routing(conn)
+  if conn.state == "running" and observers[1] == nil then
+    conn.proc:route_replies(conn.pending, task.notify, conn.max_depth, SPLIT_MIN)
+  else
+    conn.proc:route_replies(nil)
+  end
+end
+
+local function set_observers(list)
+  observers = list
+  for conn in pairs(running) do update_routing(conn) end
+end
 
 local Conn = {}
 Conn.__index = Conn
@@ -73,7 +97,7 @@ library code calls its remover.
 ]]
 function jsonl.observe(fn)
   if fn == nil then
-    observers = {}
+    set_observers({})
     return function() end
   end
   if type(fn) ~= "function" then
@@ -82,8 +106,8 @@ function jsonl.observe(fn)
   local entry = {fn = fn}  -- its own identity: the same fn may be registered twice
   local list = {table.unpack(observers)}
   list[#list + 1] = entry
-  observers = list
-  return function() observers = without(observers, entry) end
+  set_observers(list)
+  return function() set_observers(without(observers, entry)) end
 end
 
 local function notify_observer(conn, direction, what)
@@ -107,26 +131,46 @@ function jsonl.label(program)
   return program
 end
 
--- A decoder of our own: depth-capped, without touching the shared cjson
--- module's settings that other code may rely on.
+-- A codec of our own: depth-capped, without touching the shared cjson
+-- module's settings that other code may rely on. cjson.safe's decode
+-- returns nil and the message instead of raising: a line costs no pcall.
 local function new_codec(max_depth)
-  local codec = cjson.new()
+  local codec = cjson_safe.new()
   codec.decode_max_depth(max_depth)
   codec.encode_max_depth(max_depth)
   codec.decode_invalid_numbers(false)
   return codec
 end
 
+--[[
+A request in flight is a reply queue `rq`: the messages routed to it sit
+as (kind, body) pairs at rq[head..tail]; kind is "event", "result",
+"error", or "failure" (body: the error value to raise). Replies that came
+before the waiter looks need no wake; a waiter that finds rq empty waits
+through smol.task (rq.waiters). A queue whose request ended normally goes
+back to the connection's pool: a request then makes no table of its own.
+]]
+local function push(rq, kind, body)
+  local tail = rq.tail
+  rq[tail + 1], rq[tail + 2], rq.tail = kind, body, tail + 2
+  if rq.waiters then task.notify(rq) end
+end
+
+local function has_reply(rq)
+  return rq.head <= rq.tail
+end
+
 --[[ Failure of the whole connection ]]
 
 -- Fails every pending request with err and forgets them.
 function Conn:fail_pending(err)
-  local pending = self.pending
-  self.pending = {}
-  for id, queue in pairs(pending) do
-    self.abandoned[id] = nil
-    queue:push({failure = err})
+  -- emptied in place: the router holds this very table
+  local pending, failed = self.pending, {}
+  for id, rq in pairs(pending) do
+    pending[id], self.abandoned[id] = nil, nil
+    failed[#failed + 1] = rq
   end
+  for _, rq in ipairs(failed) do push(rq, "failure", err) end
 end
 
 --[[
@@ -152,6 +196,8 @@ happened, in a provider_exited message when it died on its own meanwhile.
 function Conn:give_up(failure, because)
   if self.state ~= "running" then return end
   self.state, self.broken_because, self.failure = "broken", because, failure
+  running[self] = nil
+  update_routing(self)
   self.proc:close_stdin()
   self.proc:kill("TERM")
   self:arm_kill_timer()
@@ -188,6 +234,8 @@ function Conn:on_exit(code, signal)
   if self.kill_timer then self.kill_timer:stop() end
   self.failure = self:exit_failure(code, signal)
   self.state = "exited"
+  running[self] = nil
+  update_routing(self)
   self:fail_pending(self.failure)
   self.proc:close()
   notify_observer(self, "exit", code)
@@ -196,27 +244,35 @@ end
 
 --[[ Routing received lines ]]
 
--- A decoded message for request id: queue it for its waiter.
-function Conn:route(id, msg)
-  local queue = self.pending[id]
-  local terminal = msg.result ~= nil or msg.error ~= nil
-  if not queue then
-    local late = self.abandoned[id]
-    if not late then
-      return self:break_connection(("sent a reply for unknown request id %s"):format(cjson.encode(id)))
-    end
-    if terminal then
-      self.abandoned[id] = nil
-      -- on the read callback: on_late must not yield, and its error must not escape
-      if type(late) == "function" then pcall(late, msg) end
-    end
-    return
+function Conn:take_queue()
+  local free = self.free_queues
+  local n = #free
+  if n == 0 then return {head = 1, tail = 0} end
+  local rq = free[n]
+  free[n] = nil
+  return rq
+end
+
+-- rq's request ended normally: its items were all taken, its waiters woken.
+function Conn:give_back_queue(rq)
+  for i = rq.head, rq.tail do rq[i] = nil end  -- what came after the end (a late timeout)
+  rq.head, rq.tail = 1, 0
+  local free = self.free_queues
+  free[#free + 1] = rq
+end
+
+-- A message for an id nobody waits for: one given up on (its terminal
+-- line goes to on_late), or a protocol violation.
+function Conn:stray(id, kind, body)
+  local late = self.abandoned[id]
+  if not late then
+    return self:break_connection(("sent a reply for unknown request id %s"):format(cjson.encode(id)))
   end
-  if not terminal and msg.event == nil then
-    return self:break_connection(("sent a reply for request %s with none of event, result, error"):format(id))
+  if kind == "result" or kind == "error" then
+    self.abandoned[id] = nil
+    -- on the read callback: on_late must not yield, and its error must not escape
+    if type(late) == "function" then pcall(late, {[kind] = body}) end
   end
-  if terminal then self.pending[id] = nil end
-  queue:push(msg)
 end
 
 --[[
@@ -231,9 +287,9 @@ no JSON text can produce, for the sandbox client to take; its data_base64
 is made from the line only if someone reads it. Anything unexpected (an
 escape such as "\/" in the payload, invalid base64, the member not in an
 event) falls back to decoding the whole line, which keeps the text for the
-client to judge.
+client to judge. Short lines (every reply but streamed output) are decoded
+by core.decode_message in C, which costs about half as much.
 ]]
-local SPLIT_MIN = 4096
 local PAYLOAD_KEY = '"data_base64":"'
 jsonl.PAYLOAD = setmetatable({}, {__name = "jsonl.PAYLOAD", __tostring = function() return "jsonl.PAYLOAD" end})
 
@@ -253,8 +309,8 @@ local function decode_split(codec, line)
   if not close then return nil end
   local bytes = core.b64decode(line, key_end + 1, close - 1)
   if not bytes then return nil end
-  local ok, msg = pcall(codec.decode, line:sub(1, key_end) .. line:sub(close))
-  local ev = ok and type(msg) == "table" and msg.event
+  local msg = codec.decode(line:sub(1, key_end) .. line:sub(close))
+  local ev = type(msg) == "table" and msg.event
   if type(ev) ~= "table" or ev.data_base64 ~= "" then return nil end
   ev.data_base64 = nil
   ev[jsonl.PAYLOAD] = bytes
@@ -262,34 +318,48 @@ local function decode_split(codec, line)
   return msg
 end
 
-local function decode_line(codec, line)
-  local msg = #line >= SPLIT_MIN and decode_split(codec, line)
-  if msg then return true, msg end
-  return pcall(codec.decode, line)
+local KINDS = {"result", "error", "event"}  -- a message's kind: the first member present
+
+-- A line decoded by lua-cjson (long lines, and the rare short line the C
+-- decoder leaves to it), checked as core.decode_message checks it:
+-- id, kind, body, or nil and what was wrong.
+function Conn:decode_with_cjson(line)
+  local codec, msg, why = self.codec, nil, nil
+  if #line >= SPLIT_MIN then msg = decode_split(codec, line) end
+  if msg == nil then msg, why = codec.decode(line) end
+  if msg == nil then return nil, "a line that is not valid JSON: " .. tostring(why) end
+  if type(msg) ~= "table" then return nil, "a line that is not a JSON object: " .. line:sub(1, 80) end
+  local id = msg.id
+  if id == nil or id == false or id == null then
+    local e = type(msg.error) == "table" and msg.error or {}
+    return nil, ("a reply without an id (%s: %s)"):format(tostring(e.code), tostring(e.message))
+  end
+  for _, kind in ipairs(KINDS) do
+    if msg[kind] ~= nil then return id, kind, msg[kind] end
+  end
+  return id, false
 end
 
+-- Every line the provider writes (the hot path of every reply).
 function Conn:on_line(line)
-  notify_observer(self, "recv", line)
+  if observers[1] then notify_observer(self, "recv", line) end
   -- After a protocol error nothing the provider says can be trusted.
   if line == "" or self.state ~= "running" then return end
-  local ok, msg = decode_line(self.codec, line)
-  if not ok then
-    return self:break_connection("sent a line that is not valid JSON: " .. tostring(msg))
+  local id, kind, body
+  if #line < SPLIT_MIN then id, kind, body = decode_message(line, self.max_depth) end
+  if id == nil and not kind then id, kind, body = self:decode_with_cjson(line) end
+  if id == nil then return self:break_connection("sent " .. kind) end
+  local rq = self.pending[id]
+  if rq == nil then return self:stray(id, kind, body) end
+  if not kind then
+    return self:break_connection(("sent a reply for request %s with none of event, result, error"):format(id))
   end
-  if type(msg) ~= "table" then
-    return self:break_connection("sent a line that is not a JSON object: " .. line:sub(1, 80))
-  end
-  local id = msg.id
-  if id == nil or id == cjson.null then
-    local e = type(msg.error) == "table" and msg.error or {}
-    return self:break_connection(("sent a reply without an id (%s: %s)"):format(
-      tostring(e.code), tostring(e.message)))
-  end
-  self:route(id, msg)
+  if kind ~= "event" then self.pending[id] = nil end
+  push(rq, kind, body)
 end
 
-function Conn:on_stdout(line, err)
-  if line then return self:on_line(line) end
+-- The end of the provider's stdout: err when it was unreadable or a line too long.
+function Conn:on_stdout_end(err)
   if err then
     return self:break_connection(("sent an unreadable or too long line (limit %d bytes): %s")
       :format(self.max_line, err))
@@ -316,7 +386,10 @@ local function spawn_provider(conn, opts)
   return core.spawn{
     file = conn.program, args = args, env = opts.env, cwd = opts.cwd, process_group = true,
     stdin = true, stdout = "lines", stderr = "lines", max_line = conn.max_line,
-    on_stdout = function(line, err) conn:on_stdout(line, err) end,
+    on_stdout = function(line, err)
+      if line then return conn:on_line(line) end
+      conn:on_stdout_end(err)
+    end,
     on_stderr = function(line) if line then on_stderr(line) end end,
     on_exit = function(code, signal) conn:on_exit(code, signal) end,
   }
@@ -339,8 +412,9 @@ function jsonl.start(program, opts)
   local conn = setmetatable({
     program = program, name = basename(program), label = jsonl.label(program), number = connections,
     max_line = opts.max_line_bytes or jsonl.DEFAULT_MAX_LINE,
+    max_depth = opts.max_depth or jsonl.DEFAULT_MAX_DEPTH,
     codec = new_codec(opts.max_depth or jsonl.DEFAULT_MAX_DEPTH),
-    pending = {}, abandoned = {}, next_id = 1, state = "running",
+    pending = {}, abandoned = {}, free_queues = {}, next_id = 1, state = "running",
     exited = task.event(),
   }, Conn)
   conn.info = {program = program, conn = conn.number}
@@ -351,6 +425,8 @@ function jsonl.start(program, opts)
       message = ("cannot run provider `%s`: %s"):format(program, tostring(msg))}
   end
   conn.proc, conn.pid = proc, proc.pid
+  running[conn] = true
+  update_routing(conn)
   return conn
 end
 
@@ -360,49 +436,58 @@ function Conn:alive()
   return self.state == "running"
 end
 
--- params is a table, or a JSON object already encoded (a string). The
--- line ends in "\n": the write takes it as is, with no copy to add one.
+-- The request line, without its "\n" (for observers, and for params given
+-- as a table; see send_request for the usual way a line is written).
 function Conn:encode_request(id, method, params)
-  if type(params) == "string" then  -- concatenation: string.format's %s costs a tostring each
-    return '{"id":' .. id .. ',"method":"' .. method .. '","params":' .. params .. "}\n"
+  if type(params) == "string" then
+    return '{"id":' .. id .. ',"method":"' .. method .. '","params":' .. params .. "}"
   end
-  return self.codec.encode({id = id, method = method, params = params or {}}) .. "\n"
+  local text, err = self.codec.encode({id = id, method = method, params = params or {}})
+  if not text then error("jsonl: cannot encode the params of `" .. method .. "`: " .. tostring(err), 4) end
+  return text
 end
 
-local checked_methods = {}  -- method names already found valid: no pattern match per request
+-- For each method name found valid, what comes between a request's id and
+-- its params: one piece to write, and no pattern match per request.
+local method_infix = {}
 
 local function check_method(method)
-  if checked_methods[method] then return end
   if type(method) ~= "string" or not method:match("^[%w_]+$") then
     error(("jsonl: method must be a name, got %q"):format(tostring(method)), 4)
   end
-  checked_methods[method] = true
+  method_infix[method] = ',"method":"' .. method .. '","params":'
 end
 
 --[[
-Sends a new request and registers it; returns its id and queue, or nil
-and the error: the connection's failure once it is not running, or an
+Sends a new request and registers it; returns its id and reply queue, or
+nil and the error: the connection's failure once it is not running, or an
 io_error when the write fails.
 ]]
 function Conn:send_request(method, params)
   if self.state ~= "running" then return nil, self.failure end
-  check_method(method)
+  if not method_infix[method] then check_method(method) end
   local id = self.next_id
   self.next_id = id + 1
-  local line = self:encode_request(id, method, params)
-  if observers[1] then notify_observer(self, "send", line:sub(1, -2)) end
-  local ok, why = self.proc:try_write(line)
+  local ok, why
+  if observers[1] or type(params) ~= "string" then
+    local line = self:encode_request(id, method, params)
+    if observers[1] then notify_observer(self, "send", line) end
+    ok, why = self.proc:try_write(line, "\n")
+  else  -- params already JSON: the line goes out in pieces, made into no string
+    ok, why = self.proc:try_write('{"id":', id, method_infix[method], params, "}\n")
+  end
   if not ok then
     return nil, errors.new{code = "io_error", program = self.program, method = method,
       message = ("cannot write to provider `%s`: %s"):format(self.label, tostring(why))}
   end
-  local queue = task.queue()
-  self.pending[id] = queue
-  return id, queue
+  local rq = self:take_queue()
+  self.pending[id] = rq
+  return id, rq
 end
 
 -- The waiter gave up on request id: drop its later lines. on_late(msg),
--- if given, gets its terminal line should it still come (e.g. to close a
+-- if given, gets its terminal message ({result = ...} or {error = ...})
+-- should it still come (e.g. to close a
 -- session whose `open` was answered after its deadline); it must not yield.
 function Conn:abandon(id, on_late)
   if self.pending[id] then
@@ -418,27 +503,32 @@ local function provider_error(conn, method, e)
     method = method, program = conn.program}
 end
 
--- Pops messages until the terminal one; on_event gets each event (and ctx).
-local function await(conn, method, queue, on_event, ctx)
+-- Takes replies until the terminal one; on_event gets each event (and ctx).
+local function await(conn, method, rq, on_event, ctx)
   while true do
-    local msg = queue:pop()
-    if msg.failure then error(msg.failure, 0) end
-    if msg.event ~= nil then
-      if on_event then on_event(msg.event, ctx) end
-    elseif msg.error ~= nil then
-      error(provider_error(conn, method, msg.error), 0)
+    local head = rq.head
+    if head > rq.tail then
+      task.wait_until(rq, has_reply, "a reply")
+      head = rq.head
+    end
+    local kind, body = rq[head], rq[head + 1]
+    rq[head], rq[head + 1], rq.head = nil, nil, head + 2
+    if kind == "result" then return body end
+    if kind == "event" then
+      if on_event then on_event(body, ctx) end
+    elseif kind == "error" then
+      error(provider_error(conn, method, body), 0)
     else
-      return msg.result
+      error(body, 0)  -- a failure
     end
   end
 end
 
-local function arm_timeout(conn, method, queue, seconds)
-  if not seconds then return nil end
+local function arm_timeout(conn, method, rq, seconds)
   return core.timer(seconds, function()
-    queue:push({failure = errors.new{code = "timeout", method = method, program = conn.program,
+    push(rq, "failure", errors.new{code = "timeout", method = method, program = conn.program,
       seconds = seconds,
-    message = ("provider `%s` did not answer `%s` within %g s"):format(conn.label, method, seconds)}})
+      message = ("provider `%s` did not answer `%s` within %g s"):format(conn.label, method, seconds)})
   end)
 end
 
@@ -456,13 +546,13 @@ given up on (timeout, cancel) whose terminal line comes later.
 ]]
 function Conn:try_request(method, params, on_event, ctx, opts)
   opts = opts or NO_OPTS
-  local id, queue = self:send_request(method, params)
-  if not id then return false, queue end
-  local timeout = opts.timeout ~= math.huge and opts.timeout or nil
-  local timer = arm_timeout(self, method, queue, timeout)
-  local ok, result = pcall(await, self, method, queue, on_event, ctx)
+  local id, rq = self:send_request(method, params)
+  if not id then return false, rq end
+  local timeout, timer = opts.timeout, nil
+  if timeout and timeout ~= math.huge then timer = arm_timeout(self, method, rq, timeout) end
+  local ok, result = pcall(await, self, method, rq, on_event, ctx)
   if timer then timer:stop() end
-  if not ok then self:abandon(id, opts.on_late) end
+  if ok then self:give_back_queue(rq) else self:abandon(id, opts.on_late) end
   return ok, result
 end
 

@@ -43,6 +43,7 @@ local sandbox = {
 
 local null = cjson.null
 local codec = cjson.new()
+local concat, unpack, tointeger = table.concat, table.unpack, math.tointeger
 local pool = {}                               -- key -> jsonl connection
 local open_sessions = setmetatable({}, {__mode = "k"})
 local exit_hook_registered = false
@@ -184,6 +185,12 @@ local function check_open_opts(opts)
   end
 end
 
+-- How exec's params end: with max_output_bytes 0 where the session
+-- announces "output_limit" (no copy in the result: see capture "events").
+local function exec_tail(caps)
+  return caps.output_limit and ',"max_output_bytes":0}' or "}"
+end
+
 local function new_session(conn, session, program)
   if type(session) ~= "table" or type(session.id) ~= "string" then
     errors.raise{code = "protocol", op = "open", path = program,
@@ -192,7 +199,8 @@ local function new_session(conn, session, program)
   local caps = type(session.capabilities) == "table" and session.capabilities or {}
   local sb = setmetatable({
     id = session.id, cwd = str(session.cwd), capabilities = caps, program = program,
-    session = session, _conn = conn, _session_json = codec.encode(session),
+    session = session, _conn = conn, _session_json = codec.encode(session), _closed = false,
+    _exec_tail = exec_tail(caps),
   }, Session)
   open_sessions[sb] = true
   return sb
@@ -259,10 +267,13 @@ end
 --[[ Session plumbing ]]
 
 local function check_open(self, op)
+  -- _closed is false exactly on open sessions: one field read on the hot
+  -- path, and the metatable is looked at only when something is wrong
+  if self ~= nil and self._closed == false then return end
   if getmetatable(self) ~= Session then
     error(("sandbox: %s: expected a session (did you use '.' instead of ':'?)"):format(op), 3)
   end
-  if self._closed then error(("sandbox: %s: attempt to use a closed session"):format(op), 3) end
+  error(("sandbox: %s: attempt to use a closed session"):format(op), 3)
 end
 
 -- Params as JSON text: {"session": <the session, encoded once>, fields...}.
@@ -433,36 +444,38 @@ local function on_process_event(ev, req)
   if on_data then on_data(ev.data) end
 end
 
-local function captured(req, kind)
-  local stream = req[kind]
-  if stream == nil then return "", nil end
-  return table.concat(stream), stream.truncated
-end
-
--- The output of a result per req.capture: stdout, stderr and whether each
--- was truncated. Raises a protocol error for invalid base64.
-local function result_output(r, req)
-  if req.capture == "events" then
-    local stdout, stdout_truncated = captured(req, "stdout")
-    local stderr, stderr_truncated = captured(req, "stderr")
-    return stdout, stderr, stdout_truncated, stderr_truncated
-  elseif req.capture == "none" then
-    -- nothing was kept on purpose: the provider's "truncated" for a cap of 0 says nothing
-    return nil, nil, nil, nil
-  end
+-- A result's own copy of the output (capture "result"): stdout, stderr and
+-- whether each was truncated. Raises a protocol error for invalid base64.
+local function copied_output(r)
   return decode_b64(r.stdout_base64, "sandbox exec returned invalid base64 stdout"),
     decode_b64(r.stderr_base64, "sandbox exec returned invalid base64 stderr"),
     r.stdout_truncated == true or nil, r.stderr_truncated == true or nil
 end
 
--- The result of exec or wait, made in one constructor (no rehash).
+--[[
+The result of exec or wait, made in one constructor (no rehash). This and
+the rest of exec's path avoid the calls and tables they can: at a few
+hundred instructions each in this Lua, they were most of a request's cost.
+]]
 local function build_result(r, req, argv, op, path)
-  local ok, stdout, stderr, stdout_truncated, stderr_truncated = pcall(result_output, r, req)
-  if not ok then error(errors.with_context(stdout, op, path), 0) end
-  local exit_code, timed_out, running = int(r.exit_code) or -1, str(r.timed_out), r.running == true or nil
+  local stdout, stderr, stdout_truncated, stderr_truncated
+  local capture = req.capture
+  if capture == "events" then
+    local out, err = req.stdout, req.stderr
+    stdout, stderr = out and concat(out) or "", err and concat(err) or ""
+    stdout_truncated, stderr_truncated = out and out.truncated, err and err.truncated
+  elseif capture == "result" then
+    local ok
+    ok, stdout, stderr, stdout_truncated, stderr_truncated = pcall(copied_output, r)
+    if not ok then error(errors.with_context(stdout, op, path), 0) end
+  end -- "none": nothing was kept on purpose (a cap of 0's "truncated" says nothing)
+  local exit_code = tointeger(r.exit_code) or -1
+  local signal, timed_out, running = r.signal, r.timed_out, r.running == true or nil
+  if signal ~= nil and type(signal) ~= "string" then signal = nil end
+  if timed_out ~= nil and type(timed_out) ~= "string" then timed_out = nil end
   return {
     ok = exit_code == 0 and not timed_out and not running,
-    exit_code = exit_code, signal = str(r.signal), timed_out = timed_out, running = running,
+    exit_code = exit_code, signal = signal, timed_out = timed_out, running = running,
     stdout = stdout, stderr = stderr,
     stdout_truncated = stdout_truncated, stderr_truncated = stderr_truncated,
     process_id = req.process_id, argv = argv,
@@ -473,39 +486,52 @@ local OPTION_TYPES = {cwd = "string", stdin = "string", timeout = "number", idle
   max_output_bytes = "integer", capture = "boolean", env = "table",
   on_stdout = "function", on_stderr = "function", on_event = "function"}
 
-local function check_options(spec, op)
-  for k, v in pairs(spec) do
-    local want = type(k) == "string" and OPTION_TYPES[k]
-    if type(k) == "string" and not want then
-      error(("sandbox: %s: unknown option %q"):format(op, k), 4)
-    elseif want == "integer" and (math.type(v) ~= "integer" or v < 0) then
-      error(("sandbox: %s: option %s must be a non-negative integer, got %s"):format(op, k, tostring(v)), 4)
-    elseif want and want ~= "integer" and type(v) ~= want then
-      error(("sandbox: %s: option %s must be a %s, got %s"):format(op, k, want, type(v)), 4)
+local function check_option(k, v, op)
+  local want = OPTION_TYPES[k]
+  if want == nil then
+    if type(k) == "string" then error(("sandbox: %s: unknown option %q"):format(op, k), 5) end
+    error(("sandbox: %s: argv must be a list of strings (found key %s after its end)"):format(op, tostring(k)), 5)
+  elseif want == "integer" then
+    if math.type(v) ~= "integer" or v < 0 then
+      error(("sandbox: %s: option %s must be a non-negative integer, got %s"):format(op, k, tostring(v)), 5)
     end
+  elseif type(v) ~= want then
+    error(("sandbox: %s: option %s must be a %s, got %s"):format(op, k, want, type(v)), 5)
   end
-  if spec.env == nil then return end
-  for k, v in pairs(spec.env) do
-    if type(k) ~= "string" or type(v) ~= "string" then
-      error(("sandbox: %s: env must map strings to strings (bad entry %s)"):format(op, tostring(k)), 4)
+  if k ~= "env" then return end
+  for name, value in pairs(v) do
+    if type(name) ~= "string" or type(value) ~= "string" then
+      error(("sandbox: %s: env must map strings to strings (bad entry %s)"):format(op, tostring(name)), 5)
     end
   end
 end
 
+-- The argv of spec {argv..., options} as a list of its own; checks the options.
 local function check_argv(spec, op)
   if type(spec) ~= "table" then error(("sandbox: %s: expected a table {argv..., options}"):format(op), 3) end
-  local argv = {}
-  for i, a in ipairs(spec) do
-    if type(a) ~= "string" then error(("sandbox: %s: argv[%d] must be a string"):format(op, i), 3) end
-    argv[i] = a
+  local n = #spec
+  if n == 0 then error(("sandbox: %s: argv is empty"):format(op), 3) end
+  local argv = {unpack(spec, 1, n)}
+  for i = 1, n do
+    if type(argv[i]) ~= "string" then error(("sandbox: %s: argv[%d] must be a string"):format(op, i), 3) end
   end
-  if #argv == 0 then error(("sandbox: %s: argv is empty"):format(op), 3) end
-  check_options(spec, op)
+  for k, v in next, spec do   -- argv's keys are argv's; any other must be an option
+    if argv[k] == nil then check_option(k, v, op) end
+  end
   return argv
 end
 
 local function milliseconds(seconds)
   return math.floor(seconds * 1000 + 0.5)  -- an integer: concatenates without ".0"
+end
+
+-- The timeout fields of process params, where the session announces them.
+local function timeout_fields(caps, spec)
+  if not caps.timeout then return "" end
+  local fields = ""
+  if spec.timeout then fields = ',"timeout_ms":' .. milliseconds(spec.timeout) end
+  if spec.idle_timeout then fields = fields .. ',"idle_timeout_ms":' .. milliseconds(spec.idle_timeout) end
+  return fields
 end
 
 --[[
@@ -515,20 +541,14 @@ announced. Built by concatenation around cjson's encoding of each value
 and this is every command's hot path. stdin's base64 needs no escaping.
 ]]
 function Session:process_params(spec, argv, op)
-  local caps = self.capabilities
-  local extra = ""
-  if caps.timeout and spec.timeout then extra = ',"timeout_ms":' .. milliseconds(spec.timeout) end
-  if caps.timeout and spec.idle_timeout then
-    extra = extra .. ',"idle_timeout_ms":' .. milliseconds(spec.idle_timeout)
-  end
-  if caps.output_limit and op == "exec" then
-    extra = extra .. ',"max_output_bytes":0'   -- no copy in the result: see capture "events"
-  end
+  local tail = op == "exec" and self._exec_tail or "}"
+  if spec.timeout or spec.idle_timeout then tail = timeout_fields(self.capabilities, spec) .. tail end
+  local cwd, env, stdin = spec.cwd, spec.env, spec.stdin
   return '{"session":' .. self._session_json .. ',"argv":' .. codec.encode(argv)
-    .. ',"cwd":' .. (spec.cwd and codec.encode(spec.cwd) or "null")
-    .. ',"env":' .. (spec.env and codec.encode(spec.env) or "null")
-    .. ',"stdin_base64":' .. (spec.stdin and '"' .. core.b64encode(spec.stdin) .. '"' or "null")
-    .. extra .. "}"
+    .. ',"cwd":' .. (cwd and codec.encode(cwd) or "null")
+    .. ',"env":' .. (env and codec.encode(env) or "null")
+    .. ',"stdin_base64":' .. (stdin and '"' .. core.b64encode(stdin) .. '"' or "null")
+    .. tail
 end
 
 -- A new process request state (see capture_chunk) for exec/spawn's spec.
@@ -555,7 +575,8 @@ function Session:process_request(method, params, req, op, path)
     self:kill_on_cancel(r, req)
     error(errors.with_context(r, op, path), 0)
   end
-  return check_object(r, method, op, path)
+  if type(r) ~= "table" then check_object(r, method, op, path) end
+  return r
 end
 
 function Session:exec(spec)

@@ -160,7 +160,7 @@ ready, the next run_once polls (and blocks) anyway.
 ]]
 local function drive(ready, obj, what)
   while not ready(obj) do
-    if has_ready() then
+    if ready_head <= ready_tail then   -- has_ready(), inline: this loop is every blocking wait's
       run_ready()
       if has_ready() and not ready(obj) then core.run_nowait() end
     elseif not core.run_once() and not has_ready() and not ready(obj) then
@@ -209,6 +209,22 @@ local function wait_on(obj, key, ready, what)
     waiters[#waiters + 1] = t
     suspend(t, remove_value, waiters)
   end
+end
+
+--[[
+The wait primitive itself, for structures of other modules (a reply
+queue): task.wait_until(obj, ready, what) returns once ready(obj) is true;
+whoever makes it true calls task.notify(obj). Waiting tasks sit in
+obj.waiters; outside a task the loop is driven (see drive). `what` names
+the awaited thing in a deadlock error.
+]]
+function M.wait_until(obj, ready, what)
+  if task_of[coroutine.running()] == nil then return drive(ready, obj, what) end
+  return wait_on(obj, "waiters", ready, what)
+end
+
+function M.notify(obj)
+  wake_all(obj.waiters)
 end
 
 -- {=================== tasks ===================}
