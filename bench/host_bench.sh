@@ -8,15 +8,23 @@
 #   cmake -S . -B /tmp/build && cmake --build /tmp/build -j2 \
 #     --target smolwf smolwf-bench-provider smolwf-bench-pingpong
 #   bench/host_bench.sh /tmp/build
-# It runs the bare C JSON Lines ping-pong (the baseline), then
-# bench/host_bench.lua inside smolwf against the minimal C provider.
-# STREAM_BYTES (default 1 GiB) is what the peak-RSS run streams.
+# It runs bench/host_bench.lua inside smolwf against the minimal C
+# provider, with rounds of the bare C JSON Lines ping-pong (the baseline)
+# interleaved. STREAM_BYTES (default 1 GiB) is what the peak-RSS run streams.
 set -eu
 build=${1:?usage: bench/host_bench.sh BUILD_DIR [STREAM_BYTES]}
 here=$(cd "$(dirname "$0")" && pwd)
 stream=${2:-1073741824}
 
-pingpong=$("$build/bench/smolwf-bench-pingpong" 20000)
-echo "$pingpong" | sed 's/^/bare C ping-pong: /'
-median=$(echo "$pingpong" | awk '/median/ {print $2}')
-exec "$build/smolwf" "$here/host_bench.lua" "$build/bench/smolwf-bench-provider" "$median" "$stream"
+run() {
+  "$build/smolwf" "$here/host_bench.lua" "$build/bench/smolwf-bench-provider" \
+    "$build/bench/smolwf-bench-pingpong" "$stream" "$@"
+}
+cpu=$(taskset -pc $$ | sed 's/.*: //; s/[,-].*//')
+echo "== pinned to CPU $cpu (both sides: their CPU cost and context switches)"
+taskset -c "$cpu" sh -c 'exec "$@"' run-pinned "$build/smolwf" "$here/host_bench.lua" \
+  "$build/bench/smolwf-bench-provider" "$build/bench/smolwf-bench-pingpong" "$stream" sequential
+echo "== as the scheduler places them (cross-CPU wake-ups included)"
+run sequential
+echo "== throughput and memory"
+run rest

@@ -394,7 +394,7 @@ A process request's state, `req`, one table per exec/spawn/wait (the
 request's hot path makes few tables: this one, its argv and its result):
   spec        the caller's callbacks (on_stdout, on_stderr, on_event)
   capture     how output is kept: "events", "result" or "none"
-  limit       with "events": the per-stream cap
+  limit       with "events": the per-stream cap, set by the first chunk
   stdout, stderr  with "events": lists of chunks, made by the first chunk
   process_id  from the `started` event (to kill the process on cancel)
 "events" is for sessions announcing "output_limit": the provider is asked
@@ -409,6 +409,7 @@ local function capture_chunk(req, kind, data)
   if stream == nil then
     stream = {n = 0}
     req[kind] = stream
+    req.limit = req.limit or req.spec.max_output_bytes or sandbox.max_output_bytes
   end
   local room = req.limit - stream.n
   if #data > room then
@@ -453,9 +454,9 @@ local function copied_output(r)
 end
 
 --[[
-The result of exec or wait, made in one constructor (no rehash). This and
-the rest of exec's path avoid the calls and tables they can: at a few
-hundred instructions each in this Lua, they were most of a request's cost.
+The result of exec or wait. This and the rest of exec's path avoid the
+calls, tables and table fields they can: at a few hundred instructions
+each in this Lua, they were most of a request's cost.
 ]]
 local function build_result(r, req, argv, op, path)
   local stdout, stderr, stdout_truncated, stderr_truncated
@@ -473,13 +474,17 @@ local function build_result(r, req, argv, op, path)
   local signal, timed_out, running = r.signal, r.timed_out, r.running == true or nil
   if signal ~= nil and type(signal) ~= "string" then signal = nil end
   if timed_out ~= nil and type(timed_out) ~= "string" then timed_out = nil end
-  return {
+  local result = {
     ok = exit_code == 0 and not timed_out and not running,
-    exit_code = exit_code, signal = signal, timed_out = timed_out, running = running,
-    stdout = stdout, stderr = stderr,
-    stdout_truncated = stdout_truncated, stderr_truncated = stderr_truncated,
-    process_id = req.process_id, argv = argv,
+    exit_code = exit_code, stdout = stdout, stderr = stderr, argv = argv, process_id = req.process_id,
   }
+  -- the fields that are usually absent: only when present (a smaller table)
+  if signal then result.signal = signal end
+  if timed_out then result.timed_out = timed_out end
+  if running then result.running = running end
+  if stdout_truncated then result.stdout_truncated = stdout_truncated end
+  if stderr_truncated then result.stderr_truncated = stderr_truncated end
+  return result
 end
 
 local OPTION_TYPES = {cwd = "string", stdin = "string", timeout = "number", idle_timeout = "number",
@@ -540,7 +545,7 @@ announced. Built by concatenation around cjson's encoding of each value
 (argv, cwd, env): encoding a whole params table costs several times more,
 and this is every command's hot path. stdin's base64 needs no escaping.
 ]]
-function Session:process_params(spec, argv, op)
+local function process_params(self, spec, argv, op)
   local tail = op == "exec" and self._exec_tail or "}"
   if spec.timeout or spec.idle_timeout then tail = timeout_fields(self.capabilities, spec) .. tail end
   local cwd, env, stdin = spec.cwd, spec.env, spec.stdin
@@ -552,11 +557,11 @@ function Session:process_params(spec, argv, op)
 end
 
 -- A new process request state (see capture_chunk) for exec/spawn's spec.
-function Session:process_state(spec, op)
+local function process_state(self, spec, op)
   if op ~= "exec" then return {spec = spec, capture = "result"} end
   if spec.capture == false then return {spec = spec, capture = "none"} end
   if not self.capabilities.output_limit then return {spec = spec, capture = "result"} end
-  return {spec = spec, capture = "events", limit = spec.max_output_bytes or sandbox.max_output_bytes}
+  return {spec = spec, capture = "events"}  -- its limit: when output comes (capture_chunk)
 end
 
 -- After a failed process request: a cancelled waiter kills what it started.
@@ -569,7 +574,7 @@ function Session:kill_on_cancel(err, req)
 end
 
 -- Sends a process request (params: JSON text); returns its result table.
-function Session:process_request(method, params, req, op, path)
+local function process_request(self, method, params, req, op, path)
   local ok, r = self._conn:try_request(method, params, on_process_event, req)
   if not ok then
     self:kill_on_cancel(r, req)
@@ -580,18 +585,18 @@ function Session:process_request(method, params, req, op, path)
 end
 
 function Session:exec(spec)
-  check_open(self, "exec")
+  if self == nil or self._closed ~= false then check_open(self, "exec") end
   local argv = check_argv(spec, "exec")
-  local req = self:process_state(spec, "exec")
-  local r = self:process_request("exec", self:process_params(spec, argv, "exec"), req, "exec", argv[1])
+  local req = process_state(self, spec, "exec")
+  local r = process_request(self, "exec", process_params(self, spec, argv, "exec"), req, "exec", argv[1])
   return build_result(r, req, argv, "exec", argv[1])
 end
 
 function Session:spawn(spec)
   check_open(self, "spawn")
   local argv = check_argv(spec, "spawn")
-  local req = self:process_state(spec, "spawn")
-  local r = self:process_request("spawn", self:process_params(spec, argv, "spawn"), req, "spawn", argv[1])
+  local req = process_state(self, spec, "spawn")
+  local r = process_request(self, "spawn", process_params(self, spec, argv, "spawn"), req, "spawn", argv[1])
   if type(r.process_id) ~= "string" then
     errors.raise{code = "protocol", op = "spawn", path = argv[1], message = "spawn result has no string process_id"}
   end
@@ -624,7 +629,7 @@ function Process:wait(opts)
     capture = opts.capture == false and "none" or "result"}
   local params = sb:params_json({process_id = self.process_id,
     timeout_ms = opts.timeout and milliseconds(opts.timeout) or nil})
-  local r = sb:process_request("wait", params, req, "wait", self.process_id)
+  local r = process_request(sb, "wait", params, req, "wait", self.process_id)
   return build_result(r, req, table.move(self.argv, 1, #self.argv, 1, {}), "wait", self.process_id)
 end
 

@@ -154,19 +154,21 @@ Drives the loop outside any task until ready(obj) is true. With nothing
 ready, nothing in the loop and ready(obj) still false, nothing can ever
 wake us: that is a deadlock, raised rather than spinning or hanging.
 (ready and obj, not a closure: a wait allocates nothing of its own.)
+known_not_ready: the caller just found ready(obj) false (one look saved).
 Tasks still ready after a turn (they yielded plainly) must not starve
 the loop: it is polled without blocking before they run again; with none
 ready, the next run_once polls (and blocks) anyway.
 ]]
-local function drive(ready, obj, what)
-  while not ready(obj) do
+local function drive(ready, obj, what, known_not_ready)
+  if not known_not_ready and ready(obj) then return end
+  repeat
     if ready_head <= ready_tail then   -- has_ready(), inline: this loop is every blocking wait's
       run_ready()
       if has_ready() and not ready(obj) then core.run_nowait() end
     elseif not core.run_once() and not has_ready() and not ready(obj) then
       error("deadlock: waiting for " .. what .. ", but nothing is left that could wake it", 0)
     end
-  end
+  until ready(obj)
 end
 
 --[[
@@ -213,13 +215,14 @@ end
 
 --[[
 The wait primitive itself, for structures of other modules (a reply
-queue): task.wait_until(obj, ready, what) returns once ready(obj) is true;
-whoever makes it true calls task.notify(obj). Waiting tasks sit in
-obj.waiters; outside a task the loop is driven (see drive). `what` names
-the awaited thing in a deadlock error.
+queue): task.wait_until(obj, ready, what), called when ready(obj) was
+just found false, returns once ready(obj) is true; whoever makes it true
+calls task.notify(obj). Waiting tasks sit in obj.waiters; outside a task
+the loop is driven (see drive). `what` names the awaited thing in a
+deadlock error.
 ]]
 function M.wait_until(obj, ready, what)
-  if task_of[coroutine.running()] == nil then return drive(ready, obj, what) end
+  if task_of[coroutine.running()] == nil then return drive(ready, obj, what, true) end
   return wait_on(obj, "waiters", ready, what)
 end
 
