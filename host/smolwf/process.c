@@ -463,15 +463,15 @@ static int proc_tostring(lua_State *L) {
 }
 
 /* __index: the pid field, else a method */
+/* Methods first, without a check of the box: a method lookup is on every
+** call (proc:try_write per request), and handing out a method is harmless
+** whatever the object; only `pid` reads the box. */
 static int proc_index(lua_State *L) {
-  proc_box *box = check_box(L);
-  const char *key = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : NULL;
-  if (key != NULL && strcmp(key, "pid") == 0) {
-    lua_pushinteger(L, box->pid);
-    return 1;
-  }
   lua_pushvalue(L, 2);
-  lua_rawget(L, lua_upvalueindex(1));
+  if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1;
+  const char *key = lua_type(L, 2) == LUA_TSTRING ? lua_tostring(L, 2) : NULL;
+  if (key != NULL && strcmp(key, "pid") == 0) lua_pushinteger(L, check_box(L)->pid);
+  else lua_pushnil(L);
   return 1;
 }
 

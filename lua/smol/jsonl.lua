@@ -436,14 +436,11 @@ function Conn:alive()
   return self.state == "running"
 end
 
--- The request line, without its "\n" (for observers, and for params given
--- as a table; see send_request for the usual way a line is written).
-function Conn:encode_request(id, method, params)
-  if type(params) == "string" then
-    return '{"id":' .. id .. ',"method":"' .. method .. '","params":' .. params .. "}"
-  end
-  local text, err = self.codec.encode({id = id, method = method, params = params or {}})
-  if not text then error("jsonl: cannot encode the params of `" .. method .. "`: " .. tostring(err), 4) end
+-- params as JSON text: a string is taken as it is, a table is encoded.
+function Conn:params_text(method, params)
+  if type(params) == "string" then return params end
+  local text, err = self.codec.encode(params or {})
+  if not text then error("jsonl: cannot encode the params of `" .. tostring(method) .. "`: " .. tostring(err), 3) end
   return text
 end
 
@@ -459,23 +456,20 @@ local function check_method(method)
 end
 
 --[[
-Sends a new request and registers it; returns its id and reply queue, or
-nil and the error: the connection's failure once it is not running, or an
-io_error when the write fails.
+Sends a new request (params: JSON text) and registers it; returns its id
+and reply queue, or nil and the error: the connection's failure once it is
+not running, or an io_error when the write fails. The line goes out in
+pieces, made into one string only for observers.
 ]]
 function Conn:send_request(method, params)
   if self.state ~= "running" then return nil, self.failure end
   if not method_infix[method] then check_method(method) end
   local id = self.next_id
   self.next_id = id + 1
-  local ok, why
-  if observers[1] or type(params) ~= "string" then
-    local line = self:encode_request(id, method, params)
-    if observers[1] then notify_observer(self, "send", line) end
-    ok, why = self.proc:try_write(line, "\n")
-  else  -- params already JSON: the line goes out in pieces, made into no string
-    ok, why = self.proc:try_write('{"id":', id, method_infix[method], params, "}\n")
+  if observers[1] then
+    notify_observer(self, "send", '{"id":' .. id .. method_infix[method] .. params .. "}")
   end
+  local ok, why = self.proc:try_write('{"id":', id, method_infix[method], params, "}\n")
   if not ok then
     return nil, errors.new{code = "io_error", program = self.program, method = method,
       message = ("cannot write to provider `%s`: %s"):format(self.label, tostring(why))}
@@ -535,12 +529,12 @@ end
 local NO_OPTS = {}
 
 --[[
-Sends a request and waits for its terminal line: returns true and the
-result, or false and the error value (the provider's error code,
-"protocol", "provider_exited", "timeout", "io_error", or whatever on_event
-or a cancel raised). It raises only for a bad method name. on_event(event,
-ctx) gets each event in order (ctx: anything, so a caller needs no closure
-per request). opts.timeout: seconds to wait for the terminal line
+Sends a request (params: JSON text) and waits for its terminal line:
+returns true and the result, or false and the error value (the provider's
+error code, "protocol", "provider_exited", "timeout", "io_error", or
+whatever on_event or a cancel raised). It raises only for a bad method
+name. on_event(event, ctx) gets each event in order (ctx: anything, so a
+caller needs no closure per request). opts.timeout: seconds to wait for the terminal line
 (math.huge: no limit). opts.on_late(msg): see Conn:abandon; for a request
 given up on (timeout, cancel) whose terminal line comes later.
 ]]
@@ -556,16 +550,17 @@ function Conn:try_request(method, params, on_event, ctx, opts)
   return ok, result
 end
 
--- Conn:try_request that returns the result or raises the error value.
+-- Conn:try_request that returns the result or raises the error value;
+-- params may also be a table, encoded here.
 function Conn:request(method, params, on_event, opts)
-  local ok, result = self:try_request(method, params, on_event, nil, opts)
+  local ok, result = self:try_request(method, self:params_text(method, params), on_event, nil, opts)
   if not ok then error(result, 0) end
   return result
 end
 
 -- Sends a request whose reply nobody waits for (e.g. `kill` on cancel).
 function Conn:notify(method, params)
-  local id, err = self:send_request(method, params)
+  local id, err = self:send_request(method, self:params_text(method, params))
   if not id then error(err, 0) end
   self:abandon(id)
 end
