@@ -1,7 +1,8 @@
 /*
 ** smolwf-bench-pingpong [N]: the baseline for the host's round trip. A
 ** parent and a forked child exchange JSON Lines over a pipe pair: the
-** parent writes an exec-shaped request, the child parses it with cJSON and
+** parent writes the request line smolwf writes for sb:exec{"true"}, the
+** child parses it with cJSON and
 ** answers an exec-shaped result, the parent parses that and checks the id.
 ** Prints the median and mean microseconds per round trip.
 */
@@ -15,7 +16,7 @@
 static const char *REQUEST =
   "{\"id\":%ld,\"method\":\"exec\",\"params\":{\"session\":{\"id\":\"bench_1\",\"cwd\":null,"
   "\"capabilities\":{\"exec\":true,\"output_limit\":true}},\"argv\":[\"true\"],\"cwd\":null,"
-  "\"env\":null,\"stdin_base64\":null}}\n";
+  "\"env\":null,\"stdin_base64\":null,\"max_output_bytes\":0}}\n";
 
 typedef struct peer { outbuf out; long last_id; } peer;
 

@@ -14,6 +14,7 @@ int luaopen_smol_core(lua_State *L) {
   process_open(L);
   b64_open(L);
   message_open(L);
+  command_open(L);
   fs_open(L);
   stdio_open(L);
   tty_open(L);

@@ -4,7 +4,8 @@
 ** Files are named after the concept they hold: callback.c (protected calls
 ** into Lua), sigint.c (Ctrl-C), timer.c, process.c, reader.c (pipe reading),
 ** stdio.c (the host's own stdin/stdout for Lua providers), tty.c
-** (terminal questions), b64.c, message.c (decoding protocol lines), router.c
+** (terminal questions), b64.c, message.c (decoding protocol lines), command.c
+** (exec/spawn params), router.c
 ** (routing replies to their requests), fs.c,
 ** core.c (the smol.core module table), exitpath.c (orderly shutdown),
 ** luapath.c (package.path), cli.c and main.c (the command line).
@@ -61,6 +62,10 @@ int router_take(const reply_router *rt, lua_State *L, const char *line, size_t l
 void router_on(lua_State *L, reply_router *rt, int idx); /* args at idx..idx+3 */
 void router_off(reply_router *rt);
 
+/* json_arena.c: cJSON's memory (a bump arena each C call resets first) */
+void json_arena_install(void);
+void json_arena_reset(void);
+
 /* message.c: pushes id, kind, body of a protocol line (3), or fail, why (2) */
 int message_push(lua_State *L, const char *line, size_t len, int max_depth);
 
@@ -114,6 +119,7 @@ void timer_open(lua_State *L);
 void process_open(lua_State *L);
 void b64_open(lua_State *L);
 void message_open(lua_State *L);        /* message.c: core.decode_message */
+void command_open(lua_State *L);        /* command.c: core.process_params */
 void fs_open(lua_State *L);
 void loop_open(lua_State *L);
 void stdio_open(lua_State *L);

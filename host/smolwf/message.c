@@ -16,7 +16,7 @@
 ** and lua-cjson spends about 10.7k instructions on a 75-byte exec result,
 ** mostly growing tables key by key and building the {id, result} wrapper
 ** table nobody keeps. cJSON parses the line into nodes from a bump arena
-** (see arena_alloc) and the body alone becomes Lua values, each table made
+** (json_arena.c) and the body alone becomes Lua values, each table made
 ** at its final size: about half the instructions (bench/host_bench.sh
 ** shows the effect on the round trip).
 */
@@ -25,39 +25,10 @@
 
 #include <math.h>
 #include <stdarg.h>
-#include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
 #include <lauxlib.h>
-
-/*
-** cJSON allocates every node and string on its own. A parse lives only
-** inside one call, so its memory comes from one arena that the call
-** resets: a pointer bump instead of malloc, and no free at all. What does
-** not fit (a line with many members) falls back to malloc. Hand-written
-** because cJSON's hooks are the only allocator interface it has, and
-** glibc's malloc/free per node cost a fifth of a decode (measured).
-*/
-static struct {
-  unsigned char buf[64 * 1024];
-  size_t used;
-} arena;
-
-static void *arena_alloc(size_t n) {
-  size_t at = (arena.used + 15) & ~(size_t)15;
-  if (at + n <= sizeof arena.buf) {
-    arena.used = at + n;
-    return arena.buf + at;
-  }
-  return malloc(n);
-}
-
-static void arena_free(void *p) {
-  uintptr_t u = (uintptr_t)p, base = (uintptr_t)arena.buf;
-  if (u < base || u >= base + sizeof arena.buf) free(p);
-}
 
 typedef struct converter {
   lua_State *L;
@@ -171,7 +142,7 @@ int message_push(lua_State *L, const char *line, size_t len, int max_depth) {
     return 2;
   }
   const char *end = NULL;
-  arena.used = 0;
+  json_arena_reset();
   cJSON *msg = cJSON_ParseWithLengthOpts(line, len, &end, 0);
   int n;
   if (msg == NULL || !only_space(end, line + len)) {
@@ -191,8 +162,7 @@ static int core_decode_message(lua_State *L) {
 }
 
 void message_open(lua_State *L) {
-  cJSON_Hooks hooks = {arena_alloc, arena_free};
-  cJSON_InitHooks(&hooks);
+  json_arena_install();
   lua_pushcfunction(L, core_decode_message);
   lua_setfield(L, -2, "decode_message");
 }

@@ -43,7 +43,7 @@ local sandbox = {
 
 local null = cjson.null
 local codec = cjson.new()
-local concat, unpack, tointeger = table.concat, table.unpack, math.tointeger
+local concat, tointeger = table.concat, math.tointeger
 local pool = {}                               -- key -> jsonl connection
 local open_sessions = setmetatable({}, {__mode = "k"})
 local exit_hook_registered = false
@@ -487,73 +487,19 @@ local function build_result(r, req, argv, op, path)
   return result
 end
 
-local OPTION_TYPES = {cwd = "string", stdin = "string", timeout = "number", idle_timeout = "number",
-  max_output_bytes = "integer", capture = "boolean", env = "table",
-  on_stdout = "function", on_stderr = "function", on_event = "function"}
-
-local function check_option(k, v, op)
-  local want = OPTION_TYPES[k]
-  if want == nil then
-    if type(k) == "string" then error(("sandbox: %s: unknown option %q"):format(op, k), 5) end
-    error(("sandbox: %s: argv must be a list of strings (found key %s after its end)"):format(op, tostring(k)), 5)
-  elseif want == "integer" then
-    if math.type(v) ~= "integer" or v < 0 then
-      error(("sandbox: %s: option %s must be a non-negative integer, got %s"):format(op, k, tostring(v)), 5)
-    end
-  elseif type(v) ~= want then
-    error(("sandbox: %s: option %s must be a %s, got %s"):format(op, k, want, type(v)), 5)
-  end
-  if k ~= "env" then return end
-  for name, value in pairs(v) do
-    if type(name) ~= "string" or type(value) ~= "string" then
-      error(("sandbox: %s: env must map strings to strings (bad entry %s)"):format(op, tostring(name)), 5)
-    end
-  end
-end
-
--- The argv of spec {argv..., options} as a list of its own; checks the options.
-local function check_argv(spec, op)
-  if type(spec) ~= "table" then error(("sandbox: %s: expected a table {argv..., options}"):format(op), 3) end
-  local n = #spec
-  if n == 0 then error(("sandbox: %s: argv is empty"):format(op), 3) end
-  local argv = {unpack(spec, 1, n)}
-  for i = 1, n do
-    if type(argv[i]) ~= "string" then error(("sandbox: %s: argv[%d] must be a string"):format(op, i), 3) end
-  end
-  for k, v in next, spec do   -- argv's keys are argv's; any other must be an option
-    if argv[k] == nil then check_option(k, v, op) end
-  end
-  return argv
-end
-
 local function milliseconds(seconds)
   return math.floor(seconds * 1000 + 0.5)  -- an integer: concatenates without ".0"
 end
 
--- The timeout fields of process params, where the session announces them.
-local function timeout_fields(caps, spec)
-  if not caps.timeout then return "" end
-  local fields = ""
-  if spec.timeout then fields = ',"timeout_ms":' .. milliseconds(spec.timeout) end
-  if spec.idle_timeout then fields = fields .. ',"idle_timeout_ms":' .. milliseconds(spec.idle_timeout) end
-  return fields
-end
-
 --[[
-The params of an exec/spawn request as JSON text, extensions only where
-announced. Built by concatenation around cjson's encoding of each value
-(argv, cwd, env): encoding a whole params table costs several times more,
-and this is every command's hot path. stdin's base64 needs no escaping.
+The argv (a list of its own) and the params (JSON text) of an exec/spawn
+request, extensions only where announced; a bad spec raises an error at
+exec's caller. core.process_params does the checks and the building in C:
+this is every command's hot path (see host/smolwf/command.c).
 ]]
-local function process_params(self, spec, argv, op)
-  local tail = op == "exec" and self._exec_tail or "}"
-  if spec.timeout or spec.idle_timeout then tail = timeout_fields(self.capabilities, spec) .. tail end
-  local cwd, env, stdin = spec.cwd, spec.env, spec.stdin
-  return '{"session":' .. self._session_json .. ',"argv":' .. codec.encode(argv)
-    .. ',"cwd":' .. (cwd and codec.encode(cwd) or "null")
-    .. ',"env":' .. (env and codec.encode(env) or "null")
-    .. ',"stdin_base64":' .. (stdin and '"' .. core.b64encode(stdin) .. '"' or "null")
-    .. tail
+local function process_params(self, spec, op)   -- (exec calls core.process_params itself)
+  return core.process_params(spec, op, self._session_json, self.capabilities.timeout,
+    op == "exec" and self._exec_tail or "}")
 end
 
 -- A new process request state (see capture_chunk) for exec/spawn's spec.
@@ -586,17 +532,18 @@ end
 
 function Session:exec(spec)
   if self == nil or self._closed ~= false then check_open(self, "exec") end
-  local argv = check_argv(spec, "exec")
+  local argv, params = core.process_params(spec, "exec", self._session_json, self.capabilities.timeout,
+    self._exec_tail)
   local req = process_state(self, spec, "exec")
-  local r = process_request(self, "exec", process_params(self, spec, argv, "exec"), req, "exec", argv[1])
+  local r = process_request(self, "exec", params, req, "exec", argv[1])
   return build_result(r, req, argv, "exec", argv[1])
 end
 
 function Session:spawn(spec)
   check_open(self, "spawn")
-  local argv = check_argv(spec, "spawn")
+  local argv, params = process_params(self, spec, "spawn")
   local req = process_state(self, spec, "spawn")
-  local r = process_request(self, "spawn", process_params(self, spec, argv, "spawn"), req, "spawn", argv[1])
+  local r = process_request(self, "spawn", params, req, "spawn", argv[1])
   if type(r.process_id) ~= "string" then
     errors.raise{code = "protocol", op = "spawn", path = argv[1], message = "spawn result has no string process_id"}
   end
