@@ -2,8 +2,8 @@
 ** smolwf-bench-pingpong [N]: the baseline for the host's round trip. A
 ** parent and a forked child exchange JSON Lines over a pipe pair: the
 ** parent writes the request line smolwf writes for sb:exec{"true"}, the
-** child parses it with cJSON and
-** answers an exec-shaped result, the parent parses that and checks the id.
+** child parses it with cJSON and answers an exec-shaped result, the
+** parent parses that and checks the id.
 ** Prints the median and mean microseconds per round trip.
 */
 #include <cjson/cJSON.h>
