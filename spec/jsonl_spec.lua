@@ -307,4 +307,68 @@ describe("smol.jsonl", function()
       assert.matches("%[fault_provider.lua%] to our stderr\n", out)
     end)
   end)
+  -- Replies are decoded and routed in C while nobody observes the lines
+  -- (core.decode_message, proc:route_replies); long lines, faults and
+  -- observed connections go through Lua. Both paths must agree.
+  describe("the reply path", function()
+    local core = require "smol.core"
+
+    -- exec "mixed": short and long stdout events alternately; what on_event saw.
+    local function mixed_events(conn)
+      local seen = {}
+      conn:request("exec", {argv = {"mixed", "6000"}}, function(ev)
+        local data = ev[jsonl.PAYLOAD] or (ev.data_base64 and core.b64decode(ev.data_base64))
+        seen[#seen + 1] = ev.type .. ":" .. (data and #data > 10 and ("L" .. #data) or data or "")
+      end)
+      return seen
+    end
+
+    local MIXED = {"stdout:s1", "stdout:L6000", "stdout:s2", "stdout:L6000", "stdout:s3", "stdout:L6000", "exited:"}
+
+    it("keeps a request's events in order across lines routed in C and in Lua", function()
+      local conn = start(FAULT)
+      open(conn)
+      assert.same(MIXED, mixed_events(conn))
+    end)
+
+    it("gives observers every line, and the same events, while one is registered", function()
+      local conn = start(FAULT)
+      open(conn)
+      local lines = 0
+      local remove = jsonl.observe(function(direction) if direction == "recv" then lines = lines + 1 end end)
+      assert.same(MIXED, mixed_events(conn))
+      assert.equal(8, lines)  -- 7 events and the result
+      remove()
+      assert.same(MIXED, mixed_events(conn))
+      assert.equal(8, lines)  -- routed in C again: no observer saw them
+    end)
+
+    it("keeps an escaped NUL in a string (left to lua-cjson)", function()
+      local conn = start(FAULT)
+      open(conn)
+      local r = conn:request("exec", {argv = {"nul"}})
+      assert.equal("a\0b", r.note)
+      assert.equal(0, r.exit_code)
+    end)
+
+    it("decodes integral numbers as integers and null as cjson.null", function()
+      local id, kind, body = core.decode_message('{"id":7,"result":{"n":3,"f":2.5,"z":null,"t":[true,false]}}')
+      assert.same({7, "result"}, {id, kind})
+      assert.equal("integer", math.type(body.n))
+      assert.equal(2.5, body.f)
+      assert.equal(null, body.z)
+      assert.same({true, false}, body.t)
+    end)
+
+    it("says what is wrong with a line it cannot route", function()
+      local decode = core.decode_message
+      assert.same({nil, "a line that is not valid JSON (at byte 9 of 10)"}, {decode('{"id":1} x')})
+      assert.same({nil, "a line that is not a JSON object: [1]"}, {decode("[1]")})
+      assert.same({nil, "a reply without an id (bad: no)"},
+        {decode('{"id":null,"error":{"code":"bad","message":"no"}}')})
+      assert.same({1, false}, {decode('{"id":1}')})
+      assert.matches("nested deeper than 3 levels", select(2, decode('{"id":1,"event":[[[[1]]]]}', 3)))
+      assert.same({nil, false}, {decode('{"id":1,"result":"\\u0000"}')})  -- for lua-cjson
+    end)
+  end)
 end)

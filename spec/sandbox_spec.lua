@@ -174,6 +174,32 @@ describe("smol.sandbox", function()
       assert.same({5000, 250, 0}, {p.timeout_ms, p.idle_timeout_ms, p.max_output_bytes})
     end)
 
+    it("sends the command's argv, cwd, env and stdin as the protocol says", function()
+      local odd = 'quote " back \\ slash / tab \t nl \n ctl \1 utf8 \u{e9}'
+      sb:exec{"echo", odd, cwd = "sub/" .. odd, env = {A = "1", [odd] = odd}, stdin = "\0\1\255"}
+      local p = params_of(ws, "exec")
+      assert.same({"echo", odd}, p.argv)
+      assert.equal("sub/" .. odd, p.cwd)
+      assert.same({A = "1", [odd] = odd}, p.env)
+      assert.equal("AAH/", p.stdin_base64)
+      assert.equal("fault_1", p.session.id)
+      sb:exec{"plain"}
+      local plain = h.requests(ws)
+      plain = plain[#plain].params
+      assert.same({null, null, null}, {plain.cwd, plain.env, plain.stdin_base64})
+    end)
+
+    it("refuses a NUL byte where the OS takes none, naming where it is", function()
+      assert.has_error(function() sb:exec{"a\0b"} end, "sandbox: exec: an argv string contains a NUL byte")
+      assert.has_error(function() sb:exec{"a", cwd = "x\0"} end, "sandbox: exec: cwd contains a NUL byte")
+      assert.has_error(function() sb:spawn{"a", env = {A = "\0"}} end, "sandbox: spawn: an env value contains a NUL byte")
+      assert.has_error(function() sb:exec{"a", [0] = "x"} end,
+        "sandbox: exec: argv must be a list of strings (found key 0 after its end)")
+      assert.has_error(function() sb.exec{"a"} end,
+        "sandbox: exec: expected a session (did you use '.' instead of ':'?)")
+      assert.equal("ok", sb:exec{"ok", stdin = "a\0b"}.stdout)  -- stdin is bytes: NUL is fine
+    end)
+
     it("fails a request on an unknown event type, in the original's words", function()
       local e = h.catch(sb.exec, sb, {"unknown_event"})
       assert.equal("failed to run sandbox command `unknown_event`: protocol: unknown sandbox exec event type `bogus`",
