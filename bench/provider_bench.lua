@@ -171,7 +171,10 @@ local function raw_stream(profile, bytes)
   local proc = assert(core.spawn{file = provider, args = {provider, "serve"}, stdin = true,
     stdout = "chunks", on_stdout = function(chunk)
       if not chunk or t1 then return end
-      tail = (tail .. chunk):sub(-512)
+      -- The result line (< 512 bytes) ends the stream: a chunk of 512 or more
+      -- holds it whole, so only a short chunk needs the bytes before it (no
+      -- copy of every chunk into a new string).
+      tail = #chunk >= 512 and chunk:sub(-512) or (tail .. chunk):sub(-512)
       if t0 and tail:find('"result"', 1, true) then t1 = core.now() end
     end})
   local prov, name = profile:match("^(.-)/(.*)$")

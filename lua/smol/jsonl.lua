@@ -244,15 +244,6 @@ end
 
 --[[ Routing received lines ]]
 
-function Conn:take_queue()
-  local free = self.free_queues
-  local n = #free
-  if n == 0 then return {head = 1, tail = 0} end
-  local rq = free[n]
-  free[n] = nil
-  return rq
-end
-
 -- rq's request ended normally: its items were all taken, its waiters woken.
 function Conn:give_back_queue(rq)
   for i = rq.head, rq.tail do rq[i] = nil end  -- what came after the end (a late timeout)
@@ -474,7 +465,10 @@ function Conn:send_request(method, params)
     return nil, errors.new{code = "io_error", program = self.program, method = method,
       message = ("cannot write to provider `%s`: %s"):format(self.label, tostring(why))}
   end
-  local rq = self:take_queue()
+  local free = self.free_queues   -- a pooled reply queue (see push), or a new one
+  local n = #free
+  local rq = free[n]
+  if rq then free[n] = nil else rq = {head = 1, tail = 0} end
   self.pending[id] = rq
   return id, rq
 end

@@ -502,12 +502,10 @@ local function process_params(self, spec, op)   -- (exec calls core.process_para
     op == "exec" and self._exec_tail or "}")
 end
 
--- A new process request state (see capture_chunk) for exec/spawn's spec.
-local function process_state(self, spec, op)
-  if op ~= "exec" then return {spec = spec, capture = "result"} end
-  if spec.capture == false then return {spec = spec, capture = "none"} end
-  if not self.capabilities.output_limit then return {spec = spec, capture = "result"} end
-  return {spec = spec, capture = "events"}  -- its limit: when output comes (capture_chunk)
+-- How exec keeps its output (see capture_chunk): "none", "events" or "result".
+local function exec_capture(self, spec)
+  if spec.capture == false then return "none" end
+  return self.capabilities.output_limit and "events" or "result"
 end
 
 -- After a failed process request: a cancelled waiter kills what it started.
@@ -534,7 +532,7 @@ function Session:exec(spec)
   if self == nil or self._closed ~= false then check_open(self, "exec") end
   local argv, params = core.process_params(spec, "exec", self._session_json, self.capabilities.timeout,
     self._exec_tail)
-  local req = process_state(self, spec, "exec")
+  local req = {spec = spec, capture = exec_capture(self, spec)}  -- its limit: when output comes
   local r = process_request(self, "exec", params, req, "exec", argv[1])
   return build_result(r, req, argv, "exec", argv[1])
 end
@@ -542,7 +540,7 @@ end
 function Session:spawn(spec)
   check_open(self, "spawn")
   local argv, params = process_params(self, spec, "spawn")
-  local req = process_state(self, spec, "spawn")
+  local req = {spec = spec, capture = "result"}
   local r = process_request(self, "spawn", params, req, "spawn", argv[1])
   if type(r.process_id) ~= "string" then
     errors.raise{code = "protocol", op = "spawn", path = argv[1], message = "spawn result has no string process_id"}
