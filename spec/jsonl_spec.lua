@@ -343,6 +343,16 @@ describe("smol.jsonl", function()
       assert.equal(8, lines)  -- routed in C again: no observer saw them
     end)
 
+    it("ends a request with its result or its error: nothing stays pending or abandoned", function()
+      local conn = start(FAULT)
+      open(conn)
+      conn:request("exec", {argv = {"x"}})
+      local e = h.catch(conn.request, conn, "read_file", {path = "missing"})
+      assert.equal("not_found", e.code)
+      assert.is_nil(next(conn.pending))
+      assert.is_nil(next(conn.abandoned))
+    end)
+
     it("keeps an escaped NUL in a string (left to lua-cjson)", function()
       local conn = start(FAULT)
       open(conn)

@@ -18,6 +18,8 @@
 */
 #include "host.h"
 
+#include <string.h>
+
 #include <lauxlib.h>
 
 /* Pushes the reply queue of the id at index id_idx, or returns 0 (nothing pushed). */
@@ -48,7 +50,7 @@ int router_take(const reply_router *rt, lua_State *L, const char *line, size_t l
   if (message_push(L, line, len, rt->max_depth) == 3 && lua_type(L, top + 2) == LUA_TSTRING &&
       push_queue(L, rt, top + 1)) {
     int pending = top + 4;
-    if (lua_rawlen(L, top + 2) != 5) {  /* "result" or "error", not "event": the request ends */
+    if (strcmp(lua_tostring(L, top + 2), "event") != 0) {  /* a result or an error: the request ends */
       lua_pushvalue(L, top + 1);
       lua_pushnil(L);
       lua_rawset(L, pending);
