@@ -35,7 +35,7 @@ static struct {
   bool in_is_file, out_is_file;      /* regular files (or /dev/null): plain read()/write() */
   bool in_open, out_open;
   uv_fs_t in_read;                   /* stdin read in progress when in_is_file */
-  char file_chunk[READ_CHUNK];
+  char chunk[READ_CHUNK];            /* every stdin read lands here: feed() consumes it at once */
   linebuf lines;
   uv_signal_t signals[3];
   size_t queued;                     /* bytes of lines composed and not yet written */
@@ -319,16 +319,20 @@ static void on_eof(void) {
   server_stop(NULL);
 }
 
+/*
+** One buffer for every read: linebuf copies what it keeps, so the chunk is
+** free again when on_read returns. (A malloc'ed 64 KiB chunk per request
+** also made glibc consolidate its fast bins on every read.)
+*/
 static void alloc_chunk(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   (void)h; (void)suggested;
-  buf->base = malloc(READ_CHUNK);
-  buf->len = READ_CHUNK;
+  buf->base = srv.chunk;
+  buf->len = sizeof srv.chunk;
 }
 
 static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
   (void)s;
   if (n > 0) feed(buf->base, (size_t)n);
-  free(buf->base);
   if (n == UV_EOF) on_eof();
   else if (n < 0) {
     fprintf(stderr, "smolwf-provider: reading stdin: %s\n", uv_strerror((int)n));
@@ -339,7 +343,7 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
 static void on_file_read(uv_fs_t *req) {
   ssize_t n = req->result;
   uv_fs_req_cleanup(req);
-  if (n > 0) feed(srv.file_chunk, (size_t)n);
+  if (n > 0) feed(srv.chunk, (size_t)n);
   if (srv.stopping) return;
   if (n > 0) read_stdin_file();
   else on_eof();
@@ -347,7 +351,7 @@ static void on_file_read(uv_fs_t *req) {
 
 /* stdin is a regular file or a character device: read it through the thread pool. */
 static void read_stdin_file(void) {
-  uv_buf_t buf = uv_buf_init(srv.file_chunk, sizeof srv.file_chunk);
+  uv_buf_t buf = uv_buf_init(srv.chunk, sizeof srv.chunk);
   uv_fs_read(srv.loop, &srv.in_read, STDIN_FILENO, &buf, 1, -1, on_file_read);
 }
 
