@@ -5,10 +5,11 @@
 **
 ** A profile's disk allowance is checked as in bubblewrap sessions (disk_cap.h).
 **
-** Exits are watched with a pidfd per child polled by the loop (Linux 5.3+):
-** no SIGCHLD handler, so nothing else in the provider can reap our
-** children by accident, and a child is reaped even after its session is
-** gone (its watcher then just forgets the proc).
+** Exits are watched with a pidfd per child (Linux 5.3+): no SIGCHLD
+** handler, so nothing else in the provider can reap our children by
+** accident, and a child is reaped even after its session is gone (its
+** watcher then just forgets the proc). The pidfds sit in one epoll set of
+** our own that the loop polls through a single handle (the reaper below).
 */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,7 +30,6 @@
 #include "session.h"
 
 typedef struct child_watch {
-  uv_poll_t poll;
   int pidfd;
   pid_t pid;
   proc *p;                     /* NULL once the session was closed: only reap */
@@ -40,13 +41,69 @@ typedef struct local_state {
   child_watch *children;
 } local_state;
 
+/*
+** The reaper: every child's pidfd in one epoll set, which the loop polls
+** through one uv_poll. Adding a child is one epoll_ctl, and closing its
+** pidfd drops it from the set (nothing else holds the pidfd: our children
+** only ever share our fd table until their exec, while we wait in vfork).
+** A uv_poll per pidfd cost six epoll_ctl/ioctl calls per exec (libuv
+** checks, arms, disarms and forgets each fd). It lives while local
+** sessions are open or children are watched, so the loop can end.
+*/
+typedef struct reaper {
+  uv_poll_t poll;
+  int epfd;
+  unsigned users;              /* open local sessions + watched children */
+} reaper;
+
+static reaper *the_reaper;
+
+static void on_child_ready(child_watch *w);
+
+static void on_reaper_ready(uv_poll_t *h, int status, int events) {
+  (void)status; (void)events;
+  struct epoll_event ready[32];
+  int n = epoll_wait(((reaper *)h)->epfd, ready, 32, 0);
+  for (int i = 0; i < n; i++) on_child_ready(ready[i].data.ptr);
+}
+
+static void free_reaper(uv_handle_t *h) {
+  reaper *r = (reaper *)h;
+  close(r->epfd);
+  free(r);
+}
+
+static int reaper_hold(uv_loop_t *loop) {
+  if (!the_reaper) {
+    int epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (epfd < 0) return -errno;
+    the_reaper = calloc(1, sizeof *the_reaper);
+    the_reaper->epfd = epfd;
+    uv_poll_init(loop, &the_reaper->poll, epfd);
+    uv_poll_start(&the_reaper->poll, UV_READABLE, on_reaper_ready);
+  }
+  the_reaper->users++;
+  return 0;
+}
+
+static void reaper_release(void) {
+  if (--the_reaper->users > 0) return;
+  uv_close((uv_handle_t *)&the_reaper->poll, free_reaper);
+  the_reaper = NULL;
+}
+
 static void set_view(char **view, const char *host) {
   free(*view);
   *view = strdup(host);
 }
 
 static int local_open(session *s, const char **code, char *msg, size_t msglen) {
-  (void)code; (void)msg; (void)msglen;
+  int rc = reaper_hold(s->loop);
+  if (rc < 0) {
+    *code = "internal";
+    snprintf(msg, msglen, "cannot watch processes: epoll_create1: %s", strerror(-rc));
+    return rc;
+  }
   set_view(&s->workspace_view, s->workspace_host);
   set_view(&s->tmp_view, s->tmp_host);
   s->backend_data = calloc(1, sizeof(local_state));
@@ -59,26 +116,20 @@ static void unlink_watch(session *s, child_watch *w) {
     if (*pp == w) { *pp = w->next; return; }
 }
 
-static void free_watch(uv_handle_t *h) {
-  child_watch *w = (child_watch *)h;
-  close(w->pidfd);
-  free(w);
-}
-
-static void on_child_ready(uv_poll_t *h, int status, int events) {
-  (void)status; (void)events;
-  child_watch *w = (child_watch *)h;
+static void on_child_ready(child_watch *w) {
   int wstatus = 0;
   pid_t rc = w->reaped ? w->pid : waitpid(w->pid, &wstatus, WNOHANG);
   if (rc == 0 || (rc < 0 && errno == EINTR)) return;   /* not yet: poll again */
   if (rc < 0) wstatus = 0;   /* cannot happen for our own child; report a plain exit */
-  uv_poll_stop(h);
-  uv_close((uv_handle_t *)h, free_watch);
+  close(w->pidfd);           /* also leaves the reaper's set */
   proc *p = w->p;
+  pid_t pid = w->pid;
+  if (p) unlink_watch(p->session, w);
+  free(w);
+  reaper_release();
   if (!p) return;
   session *s = p->session;   /* p may be forgotten by proc_exited */
-  unlink_watch(s, w);
-  if (rc == w->pid) session_group_leader_reaped(s, w->pid);
+  if (rc == pid) session_group_leader_reaped(s, pid);
   proc_exited(p, wstatus);
   disk_watch_changed(s, true);
 }
@@ -107,11 +158,17 @@ static int watch_child(session *s, proc *p, pid_t pid) {
   int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
   if (pidfd < 0) return -errno;
   child_watch *w = calloc(1, sizeof *w);
+  struct epoll_event ev = {.events = EPOLLIN, .data.ptr = w};
+  if (epoll_ctl(the_reaper->epfd, EPOLL_CTL_ADD, pidfd, &ev) < 0) {
+    int err = errno;
+    close(pidfd);
+    free(w);
+    return -err;
+  }
+  the_reaper->users++;
   w->pidfd = pidfd;
   w->pid = pid;
   w->p = p;
-  uv_poll_init(s->loop, &w->poll, pidfd);
-  uv_poll_start(&w->poll, UV_READABLE, on_child_ready);
   local_state *st = s->backend_data;
   w->next = st->children;
   st->children = w;
@@ -167,6 +224,7 @@ static void local_close(session *s) {
   }
   free(st);
   s->backend_data = NULL;
+  reaper_release();
 }
 
 const backend_ops backend_local = {
