@@ -43,12 +43,14 @@ typedef struct local_state {
 
 /*
 ** The reaper: every child's pidfd in one epoll set, which the loop polls
-** through one uv_poll. Adding a child is one epoll_ctl, and closing its
-** pidfd drops it from the set (nothing else holds the pidfd: our children
-** only ever share our fd table until their exec, while we wait in vfork).
-** A uv_poll per pidfd cost six epoll_ctl/ioctl calls per exec (libuv
-** checks, arms, disarms and forgets each fd). It lives while local
-** sessions are open or children are watched, so the loop can end.
+** through one uv_poll: one epoll_ctl to add a child and one to remove it,
+** where a uv_poll per pidfd cost six epoll_ctl/ioctl calls per exec (libuv
+** checks, arms, disarms and forgets each fd). The removal must be
+** explicit: closing the pidfd is not enough while a just-started child
+** still holds a copy of our fd table (vfork lets us run again before its
+** exec closes the copies), and the set would then report a freed watch.
+** It lives while local sessions are open or children are watched, so the
+** loop can end.
 */
 typedef struct reaper {
   uv_poll_t poll;
@@ -121,7 +123,8 @@ static void on_child_ready(child_watch *w) {
   pid_t rc = w->reaped ? w->pid : waitpid(w->pid, &wstatus, WNOHANG);
   if (rc == 0 || (rc < 0 && errno == EINTR)) return;   /* not yet: poll again */
   if (rc < 0) wstatus = 0;   /* cannot happen for our own child; report a plain exit */
-  close(w->pidfd);           /* also leaves the reaper's set */
+  epoll_ctl(the_reaper->epfd, EPOLL_CTL_DEL, w->pidfd, NULL);
+  close(w->pidfd);
   proc *p = w->p;
   pid_t pid = w->pid;
   if (p) unlink_watch(p->session, w);
