@@ -1,7 +1,7 @@
 --[[
 The provider benchmark, run by smolwf (bench/provider_bench.sh runs it):
 
-  smolwf bench/provider_bench.lua PROVIDER SPAWN_LOOP [EXECS] [STREAM_BYTES]
+  smolwf bench/provider_bench.lua PROVIDER SPAWN_LOOP [EXECS] [STREAM_BYTES] [PART]
 
 PROVIDER is smolwf-provider, SPAWN_LOOP is smolwf-bench-spawn-loop
 (bench/spawn_loop.c). Side by side in one run it prints:
@@ -13,7 +13,13 @@ PROVIDER is smolwf-provider, SPAWN_LOOP is smolwf-bench-spawn-loop
   - MB/s of stdout payload streamed through events, and the provider's
     peak RSS (VmHWM) after streaming STREAM_BYTES (default 1 GiB).
 The client side is the kit's thin raw connection (smol.conformance.wire),
-so the figures are the provider's cost plus a minimal client.
+so the figures are the provider's cost plus a minimal client. PART is
+"exec" (only the exec comparison), or "all" (the default).
+bench/provider_bench.sh runs the exec comparison pinned to one CPU too:
+there the plain loop and the provider both pay CPU cost and context
+switches only, while unpinned a wake-up of the other, idle, vCPU (tens of
+µs on this VM) costs the provider's two extra hops (client -> provider ->
+client) far more than the work they carry.
 ]]
 local core = require "smol.core"
 local wire = require "smol.conformance.wire"
@@ -22,6 +28,7 @@ local provider = assert(arg[1], "usage: provider_bench.lua PROVIDER SPAWN_LOOP [
 local spawn_loop = assert(arg[2], "usage: provider_bench.lua PROVIDER SPAWN_LOOP [EXECS] [STREAM_BYTES]")
 local EXECS = math.tointeger(tonumber(arg[3] or "")) or 1000
 local STREAM_BYTES = math.tointeger(tonumber(arg[4] or "")) or 1024 * 1024 * 1024
+local PART = arg[5] or "all"
 local null = wire.null
 
 local function report(name, value, fmt, note)
@@ -222,6 +229,11 @@ local function bench_profile(profile)
   report("plain posix_spawn + waitpid of /bin/true", plain_ms, "%.3f ms", "(rounds next to the line below)")
   report("exec /bin/true via provider, " .. profile, ms, "%.3f ms",
     ("(%.2fx the plain loop; target <= %.2fx)"):format(ms / plain_ms, target))
+  if PART == "exec" then
+    conn:call("close", session)
+    conn:stop()
+    return
+  end
   report("  request round trip without a process", protocol_ms(conn, EXECS), "%.3f ms",
     "(describe: the protocol's share of the line above)")
   local rate, busy = in_flight(conn, session, EXECS, 16)
@@ -240,10 +252,12 @@ end
 
 local load = assert(io.open("/proc/loadavg")):read("l")
 print("load average at start: " .. load:match("^(%S+ %S+ %S+)") .. " (2 cores; figures are noisy above ~1)")
-local plain_ms = spawn_loop_median_ms(EXECS, {"/bin/true"})
-local bwrap_ms = spawn_loop_median_ms(math.max(50, EXECS // 5), BWRAP_PER_COMMAND)
-report("fresh bwrap --unshare-all per command", bwrap_ms, "%.3f ms",
-  ("(%.2fx the plain loop's %.3f ms)"):format(bwrap_ms / plain_ms, plain_ms))
+if PART ~= "exec" then
+  local plain_ms = spawn_loop_median_ms(EXECS, {"/bin/true"})
+  local bwrap_ms = spawn_loop_median_ms(math.max(50, EXECS // 5), BWRAP_PER_COMMAND)
+  report("fresh bwrap --unshare-all per command", bwrap_ms, "%.3f ms",
+    ("(%.2fx the plain loop's %.3f ms)"):format(bwrap_ms / plain_ms, plain_ms))
+end
 for _, profile in ipairs({"local/default", "bwrap/default"}) do
   local ok, err = pcall(bench_profile, profile)
   if not ok then report(profile, "failed: " .. tostring(err), "%s") end

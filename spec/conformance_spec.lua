@@ -144,7 +144,7 @@ describe("smol.conformance", function()
         "lifecycle: shutdown kills the processes of open sessions, answers {} and exits 0",
         "bad lines: an id that is not a string or integer gets an error with id null",
       } do
-        assert.are.equal("fail", status(name), name)
+        assert.are.equal("fail", status(name), name .. ": " .. conformance.format(by_name[name]))
       end
     end)
 
