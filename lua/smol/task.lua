@@ -199,10 +199,8 @@ Waits until ready(obj); in a task by joining the waiter list obj[key]
 (the notifier calls wake_all on it), made here on first use: most waits
 (outside tasks, or on a reply that is already there) never need one.
 ]]
-local function wait_on(obj, key, ready, what)
-  local t = running_task()
-  if t == nil then return drive(ready, obj, what) end
-  while not ready(obj) do
+local function wait_in_task(t, obj, key, ready)
+  repeat
     local waiters = obj[key]
     if waiters == nil then
       waiters = {}
@@ -210,7 +208,13 @@ local function wait_on(obj, key, ready, what)
     end
     waiters[#waiters + 1] = t
     suspend(t, remove_value, waiters)
-  end
+  until ready(obj)
+end
+
+local function wait_on(obj, key, ready, what)
+  local t = running_task()
+  if t == nil then return drive(ready, obj, what) end
+  if not ready(obj) then wait_in_task(t, obj, key, ready) end
 end
 
 --[[
@@ -222,8 +226,9 @@ the loop is driven (see drive). `what` names the awaited thing in a
 deadlock error.
 ]]
 function M.wait_until(obj, ready, what)
-  if task_of[coroutine.running()] == nil then return drive(ready, obj, what, true) end
-  return wait_on(obj, "waiters", ready, what)
+  local t = task_of[coroutine.running()]
+  if t == nil then return drive(ready, obj, what, true) end
+  return wait_in_task(t, obj, "waiters", ready)
 end
 
 function M.notify(obj)
