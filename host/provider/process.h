@@ -52,6 +52,7 @@ typedef struct proc {
 
   bool is_exec;            /* exec (answers with its result) or spawn (buffers until wait) */
   struct request *req;     /* the exec or wait whose result this process owes, or NULL */
+  bool started_pending;    /* an exec's `started` not sent yet (process.c hold_started) */
   bool exited;
   int wait_status;
   outstream out, err;
