@@ -194,6 +194,19 @@ static void close_stdin(proc *p) {
   close_handle(p, (uv_handle_t *)&p->in);
 }
 
+/*
+** The provider keeps its own copy of the write end of a command's stdout
+** and stderr pipes until it learns the command exited. Otherwise the
+** command's exit closes them first (exit_files runs before the exit is
+** signalled), and we were woken twice per exit: once for the pipes'
+** hang-up, read EOF, slept again, then once more for the pidfd. Output
+** still wakes us as it comes; only the end of a pipe now shows after the exit.
+*/
+static void release_write_ends(proc *p) {
+  for (int i = 0; i < 2; i++)
+    if (p->write_ends[i] >= 0) { close(p->write_ends[i]); p->write_ends[i] = -1; }
+}
+
 static void unlink_proc(proc *p) {
   if (!p->session) return;
   for (proc **pp = &p->session->procs; *pp; pp = &(*pp)->next)
@@ -204,6 +217,7 @@ static void unlink_proc(proc *p) {
 /* Forgets p: no more requests can name it; its memory goes with its last handle. */
 static void proc_forget(proc *p) {
   unlink_proc(p);
+  release_write_ends(p);
   close_stream(p, &p->out);
   close_stream(p, &p->err);
   close_stdin(p);
@@ -218,6 +232,7 @@ static proc *proc_new(session *s, bool is_exec, const start_opts *o) {
   p->max_output = o->max_output;
   p->idle_ms = o->idle_timeout_ms;
   p->grace_ms = o->grace_ms;
+  p->write_ends[0] = p->write_ends[1] = -1;
   p->out.name = "stdout";
   p->err.name = "stderr";
   uv_timer_t *timers[] = {&p->wall_timer, &p->idle_timer, &p->grace_timer, &p->wait_timer};
@@ -275,6 +290,7 @@ static void maybe_finish(proc *p) {
 }
 
 void proc_exited(proc *p, int wait_status) {
+  release_write_ends(p);   /* the pipes end once the command's descendants close theirs */
   p->exited = true;
   p->wait_status = wait_status;
   maybe_finish(p);
@@ -542,6 +558,11 @@ static int start_command(session *s, proc *p, start_opts *o, bool want_stdin) {
     .limits = &s->profile->limits,
   };
   if (rc == 0) rc = s->backend->start(s, p, &spec);
+  if (rc == 0) {   /* held until the command exits: see release_write_ends */
+    p->write_ends[0] = fds[1][1];
+    p->write_ends[1] = fds[2][1];
+    fds[1][1] = fds[2][1] = -1;
+  }
   /* The child's ends: the command has its copies now. */
   int child_ends[3] = {fds[0][0], fds[1][1], fds[2][1]};
   for (int i = 0; i < 3; i++) if (child_ends[i] >= 0) close(child_ends[i]);

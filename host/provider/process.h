@@ -56,6 +56,7 @@ typedef struct proc {
   bool exited;
   int wait_status;
   outstream out, err;
+  int write_ends[2];       /* our copies of the stdout/stderr pipes' write ends, -1 once closed */
   uv_pipe_t in;
   bool in_open;            /* stdin pipe open for writes (spawn kept for write_stdin) */
   size_t in_pending;       /* bytes queued to stdin and not yet written */
