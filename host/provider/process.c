@@ -245,14 +245,28 @@ static proc *proc_new(session *s, bool is_exec, const start_opts *o) {
 
 /* ===== results ===== */
 
+/*
+** The exit code as raw JSON text: cJSON prints every number with
+** sprintf("%1.15g") and reads it back with sscanf to check it, twice per
+** exec (the exited event and the result) for a number of at most 3 digits.
+*/
+static void add_exit_code(cJSON *obj, int code) {
+  char text[8], *p = text + sizeof text;
+  unsigned u = code < 0 ? 0u - (unsigned)code : (unsigned)code;
+  *--p = '\0';
+  do { *--p = (char)('0' + u % 10); u /= 10; } while (u && p > text + 1);
+  if (code < 0) *--p = '-';
+  cJSON_AddRawToObject(obj, "exit_code", p);
+}
+
 static void add_exit_fields(cJSON *obj, const proc *p) {
   int st = p->wait_status;
   if (WIFSIGNALED(st)) {
-    cJSON_AddNumberToObject(obj, "exit_code", 128 + WTERMSIG(st));
+    add_exit_code(obj, 128 + WTERMSIG(st));
     const char *name = signal_to_name(WTERMSIG(st));
     if (name) cJSON_AddStringToObject(obj, "signal", name);
   } else {
-    cJSON_AddNumberToObject(obj, "exit_code", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    add_exit_code(obj, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
   }
 }
 
@@ -395,8 +409,12 @@ static void start_timers(proc *p, const start_opts *o) {
 
 /* Sets KEY=VALUE in env (n entries, room for one more), replacing an entry with the same key. */
 static void env_set(char **env, size_t *n, const char *key, size_t keylen, const char *value) {
-  char *entry;
-  if (asprintf(&entry, "%.*s=%s", (int)keylen, key, value) < 0) abort();
+  size_t vlen = strlen(value);
+  char *entry = malloc(keylen + vlen + 2);
+  if (!entry) abort();
+  memcpy(entry, key, keylen);
+  entry[keylen] = '=';
+  memcpy(entry + keylen + 1, value, vlen + 1);
   for (size_t i = 0; i < *n; i++)
     if (strncmp(env[i], key, keylen) == 0 && env[i][keylen] == '=') { free(env[i]); env[i] = entry; return; }
   env[(*n)++] = entry;

@@ -196,11 +196,16 @@ static void compose(const char *id_json, const char *kind, cJSON *obj, const blo
   char *line = malloc(total), *p = line;
   p = append(p, "{\"id\":", 6);
   p = append(p, id_json, strlen(id_json));
-  p += sprintf(p, ",\"%s\":", kind);
+  p = append(p, ",\"", 2);
+  p = append(p, kind, strlen(kind));
+  p = append(p, "\":", 2);
   p = append(p, text, tlen);
   bool empty = tlen == 1;
   for (size_t i = 0; i < nblobs; i++, empty = false) {
-    p += sprintf(p, "%s\"%s\":\"", empty ? "" : ",", blobs[i].field);
+    if (!empty) *p++ = ',';
+    *p++ = '"';
+    p = append(p, blobs[i].field, strlen(blobs[i].field));
+    p = append(p, "\":\"", 3);
     p += b64_encode((const unsigned char *)blobs[i].data, blobs[i].len, p);
     *p++ = '"';
   }
