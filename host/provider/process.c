@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -202,6 +203,20 @@ static void close_stdin(proc *p) {
 ** hang-up, read EOF, slept again, then once more for the pidfd. Output
 ** still wakes us as it comes; only the end of a pipe now shows after the exit.
 */
+/*
+** Holding them costs two descriptors per running command, so we do it only
+** while fd stays in the lower half of our descriptor limit: with many
+** commands running, being able to start more matters more than a wake-up.
+*/
+static bool fds_to_spare(int fd) {
+  static rlim_t half;
+  if (!half) {
+    struct rlimit rl;
+    half = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? rl.rlim_cur / 2 : 1024;
+  }
+  return (rlim_t)fd < half;
+}
+
 static void release_write_ends(proc *p) {
   for (int i = 0; i < 2; i++)
     if (p->write_ends[i] >= 0) { close(p->write_ends[i]); p->write_ends[i] = -1; }
@@ -576,7 +591,7 @@ static int start_command(session *s, proc *p, start_opts *o, bool want_stdin) {
     .limits = &s->profile->limits,
   };
   if (rc == 0) rc = s->backend->start(s, p, &spec);
-  if (rc == 0) {   /* held until the command exits: see release_write_ends */
+  if (rc == 0 && fds_to_spare(fds[2][1])) {   /* held until the command exits: see release_write_ends */
     p->write_ends[0] = fds[1][1];
     p->write_ends[1] = fds[2][1];
     fds[1][1] = fds[2][1] = -1;
