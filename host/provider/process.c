@@ -196,17 +196,10 @@ static void close_stdin(proc *p) {
 }
 
 /*
-** The provider keeps its own copy of the write end of a command's stdout
-** and stderr pipes until it learns the command exited. Otherwise the
-** command's exit closes them first (exit_files runs before the exit is
-** signalled), and we were woken twice per exit: once for the pipes'
-** hang-up, read EOF, slept again, then once more for the pidfd. Output
-** still wakes us as it comes; only the end of a pipe now shows after the exit.
-*/
-/*
-** Holding them costs two descriptors per running command, so we do it only
-** while fd stays in the lower half of our descriptor limit: with many
-** commands running, being able to start more matters more than a wake-up.
+** Holding a command's write ends (release_write_ends) costs two descriptors
+** per running command, so we do it only while fd stays in the lower half of
+** our descriptor limit: with many commands running, being able to start
+** more matters more than a wake-up.
 */
 static bool fds_to_spare(int fd) {
   static rlim_t half;
@@ -217,6 +210,14 @@ static bool fds_to_spare(int fd) {
   return (rlim_t)fd < half;
 }
 
+/*
+** The provider keeps its own copy of the write end of a command's stdout
+** and stderr pipes until it learns the command exited. Otherwise the
+** command's exit closes them first (exit_files runs before the exit is
+** signalled), and we were woken twice per exit: once for the pipes'
+** hang-up, read EOF, slept again, then once more for the pidfd. Output
+** still wakes us as it comes; only the end of a pipe now shows after the exit.
+*/
 static void release_write_ends(proc *p) {
   for (int i = 0; i < 2; i++)
     if (p->write_ends[i] >= 0) { close(p->write_ends[i]); p->write_ends[i] = -1; }
