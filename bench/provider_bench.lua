@@ -12,8 +12,10 @@ PROVIDER is smolwf-provider, SPAWN_LOOP is smolwf-bench-spawn-loop
   - execs/s with 16 in flight, and the machine's CPU utilisation meanwhile;
   - MB/s of stdout payload streamed through events, and the provider's
     peak RSS (VmHWM) after streaming STREAM_BYTES (default 1 GiB).
-The client side is the kit's thin raw connection (smol.conformance.wire),
-so the figures are the provider's cost plus a minimal client. PART is
+The exec round trip is timed through smolwf's own client (smol.sandbox's
+sb:exec, what a workflow pays); the other figures use the conformance kit's
+raw connection (smol.conformance.wire), which is simpler but costs more
+per call (two timers per request): it does not bound them. PART is
 "exec" (only the exec comparison), or "all" (the default).
 bench/provider_bench.sh runs the exec comparison pinned to one CPU too:
 there the plain loop and the provider both pay CPU cost and context
@@ -23,6 +25,7 @@ client) far more than the work they carry.
 ]]
 local core = require "smol.core"
 local wire = require "smol.conformance.wire"
+local sandbox = require "smol.sandbox"
 
 local provider = assert(arg[1], "usage: provider_bench.lua PROVIDER SPAWN_LOOP [EXECS] [STREAM_BYTES]")
 local spawn_loop = assert(arg[2], "usage: provider_bench.lua PROVIDER SPAWN_LOOP [EXECS] [STREAM_BYTES]")
@@ -210,30 +213,42 @@ each figure is the median of its rounds' medians.
 ]]
 local ROUNDS = 10
 
-local function interleaved_ms(conn, session)
+-- Median ms of sb:exec{"/bin/true"}, one at a time.
+local function sandbox_ms(sb, n)
+  local times = {}
+  for i = 1, n do
+    local t0 = core.now()
+    assert(sb:exec{"/bin/true"}.exit_code == 0, "exec /bin/true failed")
+    times[i] = core.now() - t0
+  end
+  return median(times) * 1000
+end
+
+local function interleaved_ms(profile)
+  local sb = sandbox.open{program = provider, profile = profile, workspace = ""}
+  sandbox_ms(sb, 50)   -- warm up
   local batch = math.max(10, EXECS // ROUNDS)
   local plain, via = {}, {}
   for r = 1, ROUNDS do
     plain[r] = spawn_loop_median_ms(batch, {"/bin/true"})
-    via[r] = sequential_ms(conn, session, batch)
+    via[r] = sandbox_ms(sb, batch)
   end
+  sb:close()
+  sandbox.shutdown(provider)
   return median(plain), median(via)
 end
 
 local function bench_profile(profile)
-  local conn = assert(wire.start({provider, "serve"}))
-  local session = open_session(conn, profile)
-  sequential_ms(conn, session, 50)   -- warm up
-  local plain_ms, ms = interleaved_ms(conn, session)
+  local plain_ms, ms = interleaved_ms(profile)
   local target = profile:match("^local") and 1.10 or 1.25
   report("plain posix_spawn + waitpid of /bin/true", plain_ms, "%.3f ms", "(rounds next to the line below)")
   report("exec /bin/true via provider, " .. profile, ms, "%.3f ms",
-    ("(%.2fx the plain loop; target <= %.2fx)"):format(ms / plain_ms, target))
-  if PART == "exec" then
-    conn:call("close", session)
-    conn:stop()
-    return
-  end
+    ("(%.2fx the plain loop; target <= %.2fx; sb:exec)"):format(ms / plain_ms, target))
+  if PART == "exec" then return end
+  local conn = assert(wire.start({provider, "serve"}))
+  local session = open_session(conn, profile)
+  report("  exec /bin/true, the kit's raw client", sequential_ms(conn, session, EXECS // 2), "%.3f ms",
+    "(smol.conformance.wire: same provider, a costlier client)")
   report("  request round trip without a process", protocol_ms(conn, EXECS), "%.3f ms",
     "(describe: the protocol's share of the line above)")
   local rate, busy = in_flight(conn, session, EXECS, 16)
