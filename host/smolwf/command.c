@@ -16,7 +16,7 @@
 ** Why C: this is the first half of every command's hot path, and in Lua
 ** its checks, copies and per-value encodes (type() calls, next() steps,
 ** lua-cjson calls) cost about 7.5k instructions for {"true"}; here about
-** a third of that. Values are encoded by cJSON (its memory from
+** 4.3k (callgrind, both counted in a loop of calls). Values are encoded by cJSON (its memory from
 ** json_arena.c); only the base64 of stdin, which needs no escaping and can
 ** be big, is spliced in as it is.
 */
