@@ -16,9 +16,9 @@
 ** Why C: this is the first half of every command's hot path, and in Lua
 ** its checks, copies and per-value encodes (type() calls, next() steps,
 ** lua-cjson calls) cost about 7.5k instructions for {"true"}; here about
-** 4.3k (callgrind, both counted in a loop of calls). Values are encoded by cJSON (its memory from
-** json_arena.c); only the base64 of stdin, which needs no escaping and can
-** be big, is spliced in as it is.
+** 4.3k (callgrind, both counted in a loop of calls). Values are encoded
+** by cJSON (its memory from json_arena.c); only the base64 of stdin, which
+** needs no escaping and can be big, is spliced in as it is.
 */
 #include "host.h"
 
