@@ -16,15 +16,12 @@ build=${1:?usage: bench/host_bench.sh BUILD_DIR [STREAM_BYTES]}
 here=$(cd "$(dirname "$0")" && pwd)
 stream=${2:-1073741824}
 
-run() {
-  "$build/smolwf" "$here/host_bench.lua" "$build/bench/smolwf-bench-provider" \
-    "$build/bench/smolwf-bench-pingpong" "$stream" "$@"
-}
+set -- "$build/smolwf" "$here/host_bench.lua" "$build/bench/smolwf-bench-provider" \
+  "$build/bench/smolwf-bench-pingpong" "$stream"
 cpu=$(taskset -pc $$ | sed 's/.*: //; s/[,-].*//')
 echo "== pinned to CPU $cpu (both sides: their CPU cost and context switches)"
-taskset -c "$cpu" sh -c 'exec "$@"' run-pinned "$build/smolwf" "$here/host_bench.lua" \
-  "$build/bench/smolwf-bench-provider" "$build/bench/smolwf-bench-pingpong" "$stream" sequential
+taskset -c "$cpu" "$@" sequential
 echo "== as the scheduler places them (cross-CPU wake-ups included)"
-run sequential
+"$@" sequential
 echo "== throughput and memory"
-run rest
+"$@" rest
