@@ -10,7 +10,9 @@
 #   bench/host_bench.sh /tmp/build
 # It runs bench/host_bench.lua inside smolwf against the minimal C
 # provider, with rounds of the bare C JSON Lines ping-pong (the baseline)
-# interleaved. STREAM_BYTES (default 1 GiB) is what the peak-RSS run streams.
+# interleaved: pinned to one CPU, then as the scheduler places the
+# processes (see host_bench.lua), then throughput and memory.
+# STREAM_BYTES (default 1 GiB) is what the peak-RSS run streams.
 set -eu
 build=${1:?usage: bench/host_bench.sh BUILD_DIR [STREAM_BYTES]}
 here=$(cd "$(dirname "$0")" && pwd)
