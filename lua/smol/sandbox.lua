@@ -396,7 +396,8 @@ request's hot path makes few tables: this one, its argv and its result):
   capture     how output is kept: "events", "result" or "none"
   limit       with "events": the per-stream cap, set by the first chunk
   stdout, stderr  with "events": lists of chunks, made by the first chunk
-  process_id  from the `started` event (to kill the process on cancel)
+  process_id  from the `started` event (to kill the process on cancel);
+              false until then
 "events" is for sessions announcing "output_limit": the provider is asked
 for no copy of its own (max_output_bytes = 0), so a big output is not held
 again as one huge result line, its Lua string and its decoded copy, and
@@ -476,7 +477,7 @@ local function build_result(r, req, argv, op, path)
   if timed_out ~= nil and type(timed_out) ~= "string" then timed_out = nil end
   local result = {
     ok = exit_code == 0 and not timed_out and not running,
-    exit_code = exit_code, stdout = stdout, stderr = stderr, argv = argv, process_id = req.process_id,
+    exit_code = exit_code, stdout = stdout, stderr = stderr, argv = argv, process_id = req.process_id or nil,
   }
   -- the fields that are usually absent: only when present (a smaller table)
   if signal then result.signal = signal end
@@ -532,7 +533,9 @@ function Session:exec(spec)
   if self == nil or self._closed ~= false then check_open(self, "exec") end
   local argv, params = core.process_params(spec, "exec", self._session_json, self.capabilities.timeout,
     self._exec_tail)
-  local req = {spec = spec, capture = exec_capture(self, spec)}  -- its limit: when output comes
+  -- process_id false, not absent: the `started` event then sets a field the
+  -- table has room for (a new key would make Lua grow the table)
+  local req = {spec = spec, capture = exec_capture(self, spec), process_id = false}
   local r = process_request(self, "exec", params, req, "exec", argv[1])
   return build_result(r, req, argv, "exec", argv[1])
 end
@@ -540,7 +543,7 @@ end
 function Session:spawn(spec)
   check_open(self, "spawn")
   local argv, params = process_params(self, spec, "spawn")
-  local req = {spec = spec, capture = "result"}
+  local req = {spec = spec, capture = "result", process_id = false}
   local r = process_request(self, "spawn", params, req, "spawn", argv[1])
   if type(r.process_id) ~= "string" then
     errors.raise{code = "protocol", op = "spawn", path = argv[1], message = "spawn result has no string process_id"}
