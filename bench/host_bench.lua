@@ -70,16 +70,12 @@ local function median(list)
   return sorted[#sorted // 2 + 1]
 end
 
--- One run of the bare C ping-pong: its median µs per round trip.
+-- One run of the bare C ping-pong (on this machine, via sandbox.host): its
+-- median µs per round trip.
 local function pingpong_median_us(n)
-  local out, status = {}, nil
-  local proc = assert(core.spawn{file = pingpong, args = {pingpong, tostring(n)}, stdout = "chunks",
-    on_stdout = function(d) if d then out[#out + 1] = d end end,
-    on_exit = function(code) status = code end})
-  while status == nil do core.run_once() end
-  proc:close()
-  assert(status == 0, "the ping-pong failed with exit code " .. tostring(status))
-  return assert(tonumber(table.concat(out):match("pingpong_median_us ([%d.]+)")), "no median from the ping-pong")
+  local r = sandbox.host{}:exec{pingpong, tostring(n)}
+  assert(r.ok, "the ping-pong failed: exit code " .. tostring(r.exit_code) .. " " .. tostring(r.stderr))
+  return assert(tonumber(r.stdout:match("pingpong_median_us ([%d.]+)")), "no median from the ping-pong")
 end
 
 -- ROUNDS interleaved rounds of the ping-pong, sb:exec and smol.jsonl alone.

@@ -38,16 +38,11 @@ local function report(name, value, fmt, note)
   print(("%-44s " .. fmt .. "%s"):format(name, value, note and ("   " .. note) or ""))
 end
 
--- Runs a helper program to completion; returns its stdout.
+-- Runs a helper program on this machine (sandbox.host) to completion; returns its stdout.
 local function capture(argv)
-  local out, status = {}, nil
-  local proc = assert(core.spawn{file = argv[1], args = argv, stdout = "chunks",
-    on_stdout = function(d) if d then out[#out + 1] = d end end,
-    on_exit = function(code) status = code end})
-  while status == nil do core.run_once() end
-  proc:close()
-  assert(status == 0, argv[1] .. " failed with exit code " .. tostring(status))
-  return table.concat(out)
+  local r = sandbox.host{}:exec(argv)
+  assert(r.ok, argv[1] .. " failed with exit code " .. tostring(r.exit_code))
+  return r.stdout
 end
 
 local function spawn_loop_median_ms(n, argv)

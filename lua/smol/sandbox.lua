@@ -498,7 +498,7 @@ request, extensions only where announced; a bad spec raises an error at
 exec's caller. core.process_params does the checks and the building in C:
 this is every command's hot path (see host/smolwf/command.c).
 ]]
-local function process_params(self, spec, op)   -- (exec calls core.process_params itself)
+local function process_params(self, spec, op)
   return core.process_params(spec, op, self._session_json, self.capabilities.timeout,
     op == "exec" and self._exec_tail or "}")
 end
@@ -530,9 +530,8 @@ local function process_request(self, method, params, req, op, path)
 end
 
 function Session:exec(spec)
-  if self == nil or self._closed ~= false then check_open(self, "exec") end
-  local argv, params = core.process_params(spec, "exec", self._session_json, self.capabilities.timeout,
-    self._exec_tail)
+  check_open(self, "exec")
+  local argv, params = process_params(self, spec, "exec")
   -- process_id false, not absent: the `started` event then sets a field the
   -- table has room for (a new key would make Lua grow the table)
   local req = {spec = spec, capture = exec_capture(self, spec), process_id = false}
