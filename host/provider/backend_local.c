@@ -80,6 +80,7 @@ static int reaper_hold(uv_loop_t *loop) {
     int epfd = epoll_create1(EPOLL_CLOEXEC);
     if (epfd < 0) return -errno;
     the_reaper = calloc(1, sizeof *the_reaper);
+    if (the_reaper == NULL) abort();   /* out of memory at the first exec: nothing could be reaped */
     the_reaper->epfd = epfd;
     uv_poll_init(loop, &the_reaper->poll, epfd);
     uv_poll_start(&the_reaper->poll, UV_READABLE, on_reaper_ready);

@@ -90,13 +90,17 @@ static void after_write(void) {
   close_out_if_done();
 }
 
-static void on_written(uv_write_t *req, int status) {
-  outmsg *m = (outmsg *)req;
-  srv.queued -= m->len;
+static void free_outmsg(outmsg *m) {
   free(m->first);
   for (size_t i = 1; i < m->n; i++) free(m->bufs[i].base);
   free(m->bufs);
   free(m);
+}
+
+static void on_written(uv_write_t *req, int status) {
+  outmsg *m = (outmsg *)req;
+  srv.queued -= m->len;
+  free_outmsg(m);
   if (status < 0 && !srv.out_failed) {
     /* The host is gone: nobody will read another reply, so stop everything. */
     srv.out_failed = true;
@@ -118,8 +122,16 @@ static void write_file_sync(char *data, size_t len) {
 /* Hands the turn's lines from line k on, the first `done` bytes of line k written already, to uv_write. */
 static void queue_rest(size_t k, size_t done) {
   size_t n = srv.turn_n - k;
-  outmsg *m = malloc(sizeof *m);
-  m->bufs = malloc(n * sizeof m->bufs[0]);
+  outmsg *m = calloc(1, sizeof *m);
+  uv_buf_t *bufs = m != NULL ? malloc(n * sizeof bufs[0]) : NULL;
+  if (bufs == NULL) {   /* out of memory: the lines are lost, and so is the host's trust */
+    free(m);
+    for (size_t i = k; i < srv.turn_n; i++) { srv.queued -= srv.turn[i].len; free(srv.turn[i].base); }
+    srv.turn_n = 0;
+    srv.out_failed = true;
+    return;
+  }
+  m->bufs = bufs;
   m->n = n;
   m->first = srv.turn[k].base;
   m->len = 0;
@@ -132,10 +144,7 @@ static void queue_rest(size_t k, size_t done) {
   int rc = uv_write(&m->req, &srv.out.stream, m->bufs, (unsigned)n, on_written);
   if (rc < 0) {
     srv.queued -= m->len;
-    free(m->first);
-    for (size_t i = 1; i < n; i++) free(m->bufs[i].base);
-    free(m->bufs);
-    free(m);
+    free_outmsg(m);
     srv.out_failed = true;
   }
 }
@@ -167,8 +176,11 @@ static void emit(char *data, size_t len) {
   if (!srv.out_open || srv.out_failed) { free(data); return; }
   if (srv.out_is_file) { write_file_sync(data, len); return; }
   if (srv.turn_n == srv.turn_cap) {
-    srv.turn_cap = srv.turn_cap ? 2 * srv.turn_cap : 16;
-    srv.turn = realloc(srv.turn, srv.turn_cap * sizeof *srv.turn);
+    size_t cap = srv.turn_cap ? 2 * srv.turn_cap : 16;
+    uv_buf_t *turn = realloc(srv.turn, cap * sizeof *turn);
+    if (turn == NULL) { free(data); srv.out_failed = true; return; }
+    srv.turn = turn;
+    srv.turn_cap = cap;
   }
   srv.turn[srv.turn_n++] = (uv_buf_t){.base = data, .len = len};
   if (srv.turn_n == 1) uv_prepare_start(&srv.flusher, flush_turn);

@@ -109,9 +109,13 @@ session *session_find(const char *id) {
 
 void session_add_group(session *s, pid_t pgid) {
   if (s->ngroups == s->groups_cap) {
-    s->groups_cap = s->groups_cap ? 2 * s->groups_cap : 16;
-    s->groups = realloc(s->groups, s->groups_cap * sizeof *s->groups);
-    s->group_reaped = realloc(s->group_reaped, s->groups_cap * sizeof *s->group_reaped);
+    size_t cap = s->groups_cap ? 2 * s->groups_cap : 16;
+    pid_t *groups = realloc(s->groups, cap * sizeof *groups);
+    if (groups != NULL) s->groups = groups;
+    bool *reaped = groups != NULL ? realloc(s->group_reaped, cap * sizeof *reaped) : NULL;
+    if (reaped == NULL) abort();   /* out of memory: a group we could not track must not run */
+    s->group_reaped = reaped;
+    s->groups_cap = cap;
   }
   s->group_reaped[s->ngroups] = false;
   s->groups[s->ngroups++] = pgid;
