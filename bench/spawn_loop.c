@@ -4,14 +4,21 @@
 ** cheapest way to start a process) and prints the per-start times.
 **
 **   smolwf-bench-spawn-loop N PROGRAM [ARGS...]
+**     prints one line: "n=N median_us=X mean_us=Y p10_us=A p90_us=B".
+**   smolwf-bench-spawn-loop --serve PROGRAM [ARGS...]
+**     reads a count K per line on stdin, starts the command K times and
+**     answers one line with the K start-to-reaped times in µs; exits at
+**     end of input. This lets bench/provider_bench.lua interleave a few
+**     plain starts with a few execs through the provider, so both sides
+**     are measured under the same moment's conditions.
 **
-** Prints one line: "n=N median_us=X mean_us=Y p10_us=A p90_us=B", which
-** bench/provider_bench.lua parses. stdout/stderr of the command go to
-** /dev/null so only process start and exit are measured.
+** stdout/stderr of the command go to /dev/null so only process start and
+** exit are measured.
 */
 #include <errno.h>
 #include <fcntl.h>
 #include <spawn.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,24 +67,54 @@ static void print_stats(double *samples, long n) {
          samples[n / 2], sum / (double)n, samples[n / 10], samples[n * 9 / 10]);
 }
 
+/* Runs argv n times into samples; 0, or 1 after a failed start. */
+static int run_n(char **argv, const posix_spawn_file_actions_t *fa, double *samples, long n) {
+  for (long i = 0; i < n; i++) {
+    samples[i] = run_once(argv, fa);
+    if (samples[i] < 0) return 1;
+  }
+  return 0;
+}
+
+static int loop(char **argv, const posix_spawn_file_actions_t *fa, long n) {
+  double *samples = malloc((size_t)n * sizeof *samples);
+  int status = samples ? run_n(argv, fa, samples, n) : 1;
+  if (status == 0) print_stats(samples, n);
+  free(samples);
+  return status;
+}
+
+#define MAX_BATCH 1000
+
+static int serve(char **argv, const posix_spawn_file_actions_t *fa) {
+  static double samples[MAX_BATCH];
+  long k;
+  while (scanf("%ld", &k) == 1) {
+    if (k < 1 || k > MAX_BATCH) {
+      fprintf(stderr, "spawn_loop: a batch is 1 to %d starts, not %ld\n", MAX_BATCH, k);
+      return 2;
+    }
+    if (run_n(argv, fa, samples, k) != 0) return 1;
+    for (long i = 0; i < k; i++) printf(i ? " %.1f" : "%.1f", samples[i]);
+    printf("\n");
+    fflush(stdout);
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  long n = argc > 2 ? strtol(argv[1], NULL, 10) : 0;
-  if (n <= 0) {
-    fprintf(stderr, "usage: %s N PROGRAM [ARGS...]\n", argv[0]);
+  bool serving = argc > 2 && strcmp(argv[1], "--serve") == 0;
+  long n = argc > 2 && !serving ? strtol(argv[1], NULL, 10) : 0;
+  if (!serving && n <= 0) {
+    fprintf(stderr, "usage: %s N PROGRAM [ARGS...]\n       %s --serve PROGRAM [ARGS...]\n",
+            argv[0], argv[0]);
     return 2;
   }
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-  double *samples = malloc((size_t)n * sizeof *samples);
-  int status = samples ? 0 : 1;
-  for (long i = 0; i < n && status == 0; i++) {
-    samples[i] = run_once(argv + 2, &fa);
-    if (samples[i] < 0) status = 1;
-  }
-  if (status == 0) print_stats(samples, n);
-  free(samples);
+  int status = serving ? serve(argv + 2, &fa) : loop(argv + 2, &fa, n);
   posix_spawn_file_actions_destroy(&fa);
   return status;
 }
