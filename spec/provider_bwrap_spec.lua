@@ -58,6 +58,13 @@ describe("bwrap sessions of the bundled provider", function()
     assert.equal("/workspace\n/workspace /tmp\nsandbox\n", r.stdout)
   end)
 
+  it("start commands as SCHED_OTHER and with no signal blocked or ignored", function()
+    local sb = open()
+    -- field 41 of stat: 0 = SCHED_OTHER (the helper, pid 1, too while a command runs)
+    local r = sh(sb, [[cut -d' ' -f41 /proc/$$/stat /proc/1/stat; grep -E '^Sig(Blk|Ign)' /proc/$$/status]])
+    assert.equal("0\n0\nSigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n", r.stdout)
+  end)
+
   it("have no network in bwrap/default, and the host's in bwrap/network", function()
     local function interfaces(sb)
       local r = sh(sb, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | sort")

@@ -100,6 +100,28 @@ describe("provider processes", function()
     assert.equals(pid, pgid)
   end)
 
+  it("starts each command with no signal blocked or ignored (the provider ignores SIGPIPE)", function()
+    local req = ph.exec(conn, s, {"grep", "-E", "^Sig(Blk|Ign)", "/proc/self/status"})
+    assert.equals("SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n", ph.unb64(req.result.stdout_base64))
+  end)
+
+  it("is SCHED_BATCH while idle, SCHED_OTHER while commands run, and starts them SCHED_OTHER", function()
+    -- field 41 of /proc/PID/stat: 0 = SCHED_OTHER, 3 = SCHED_BATCH (see host/provider/relay_sched.c)
+    local function policy() return ph.read_host("/proc/" .. conn.pid .. "/stat"):match("^%d+ %(.-%) " .. ("%S+ "):rep(38) .. "(%d+)") end
+    assert.equals("3", policy())
+    local req = ph.exec(conn, s, {"sh", "-c", [[cut -d' ' -f41 /proc/$$/stat; cut -d' ' -f41 /proc/$PPID/stat]]})
+    assert.equals("0\n0\n", ph.unb64(req.result.stdout_base64))
+    assert.equals("3", policy())
+  end)
+
+  it("keeps output a background descendant writes after the command exited", function()
+    local req = ph.exec(conn, s, {"sh", "-c", "(sleep 0.3; echo late; echo late-err >&2) & echo early"})
+    assert.equals(0, req.result.exit_code)
+    assert.equals("early\nlate\n", ph.unb64(req.result.stdout_base64))
+    assert.equals("late-err\n", ph.unb64(req.result.stderr_base64))
+    assert.equals("exited", req.events[#req.events].type)
+  end)
+
   it("lets kill end a running exec by its process_id", function()
     local pid
     local req = conn:send("exec", {session = s, argv = {"sleep", "30"}},

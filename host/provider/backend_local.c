@@ -27,6 +27,7 @@
 #include "disk_cap.h"
 #include "group_wait.h"
 #include "process.h"
+#include "relay_sched.h"
 #include "session.h"
 
 typedef struct child_watch {
@@ -131,6 +132,7 @@ static void on_child_ready(child_watch *w) {
   if (p) unlink_watch(p->session, w);
   free(w);
   reaper_release();
+  relay_sched_idle();
   if (!p) return;
   session *s = p->session;   /* p may be forgotten by proc_exited */
   if (rc == pid) session_group_leader_reaped(s, pid);
@@ -183,12 +185,14 @@ static int watch_child(session *s, proc *p, pid_t pid) {
 static int local_start(session *s, proc *p, const spawn_spec *spec) {
   int allowed = disk_watch_allows_start(s);
   if (allowed < 0) return allowed;
+  relay_sched_busy();   /* before the spawn: the command inherits SCHED_OTHER */
   pid_t pid = spawn_start(spec);
-  if (pid < 0) return pid;
+  if (pid < 0) { relay_sched_idle(); return pid; }
   int rc = watch_child(s, p, pid);
   if (rc < 0) {   /* no pidfd: we could never learn of its exit, so do not keep it */
     kill(-pid, SIGKILL);
     waitpid(pid, NULL, 0);
+    relay_sched_idle();
     return rc;
   }
   p->pid = pid;

@@ -11,6 +11,7 @@
 #include <uv.h>
 
 #include "profile.h"
+#include "relay_sched.h"
 #include "sandbox_helper.h"
 #include "server.h"
 
@@ -52,6 +53,7 @@ static int serve(int argc, char **argv) {
   }
   /* A host that goes away must show up as a write error, not kill us before cleanup. */
   signal(SIGPIPE, SIG_IGN);
+  relay_sched_enter();
   uv_loop_t *loop = uv_default_loop();
   int rc = server_init(loop) < 0 ? 1 : 0;
   if (rc == 0) uv_run(loop, UV_RUN_DEFAULT);

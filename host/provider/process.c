@@ -319,10 +319,14 @@ static void maybe_finish(proc *p) {
   proc_forget(p);
 }
 
+static void drain_stream(proc *p, outstream *o);
+
 void proc_exited(proc *p, int wait_status) {
   release_write_ends(p);   /* the pipes end once the command's descendants close theirs */
   p->exited = true;
   p->wait_status = wait_status;
+  drain_stream(p, &p->out);
+  drain_stream(p, &p->err);
   maybe_finish(p);
 }
 
@@ -348,19 +352,44 @@ static void grow_pipe(outstream *o, size_t n) {
   if (uv_fileno((uv_handle_t *)&o->pipe, &fd) == 0) fcntl(fd, F_SETPIPE_SZ, PIPE_SIZE);
 }
 
+/* n bytes of output read into read_buffer. */
+static void take_output(proc *p, outstream *o, size_t n) {
+  if (p->idle_ms && !p->timed_out) uv_timer_again(&p->idle_timer);
+  grow_pipe(o, n);
+  deliver(p, o, read_buffer, n);
+}
+
 static void on_output(uv_stream_t *stream, ssize_t n, const uv_buf_t *buf) {
   (void)buf;
   proc *p = stream->data;
   outstream *o = stream == (uv_stream_t *)&p->out.pipe ? &p->out : &p->err;
-  if (n > 0) {
-    if (p->idle_ms && !p->timed_out) uv_timer_again(&p->idle_timer);
-    grow_pipe(o, (size_t)n);
-    deliver(p, o, read_buffer, (size_t)n);
-    return;
-  }
+  if (n > 0) { take_output(p, o, (size_t)n); return; }
   if (n == 0) return;
   close_stream(p, o);   /* EOF, or a read error: either way no more output */
   maybe_finish(p);
+}
+
+/* Reads per drain at most: a descendant that keeps writing is left to the loop. */
+#define DRAIN_READS 4
+
+/*
+** Once the command exited and our copies of its write ends are closed, a
+** pipe nothing else holds is at its end: read it there and then, instead
+** of sleeping in the loop once more to be told so. Most execs then take
+** one wake-up from exit to result. A pipe a descendant still holds
+** answers EAGAIN and stays with the loop; so does output that must wait
+** for the host (paused).
+*/
+static void drain_stream(proc *p, outstream *o) {
+  uv_os_fd_t fd;
+  if (!o->open || o->eof || (output_paused && p->req)) return;
+  if (uv_fileno((uv_handle_t *)&o->pipe, &fd) != 0) return;
+  for (int i = 0; i < DRAIN_READS; i++) {
+    ssize_t n = read(fd, read_buffer, sizeof read_buffer);
+    if (n > 0) { take_output(p, o, (size_t)n); continue; }
+    if (n == 0 || (errno != EAGAIN && errno != EINTR)) close_stream(p, o);
+    return;
+  }
 }
 
 /* Reads while the output has somewhere to go: always into the ring, into a request unless paused. */

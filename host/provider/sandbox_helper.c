@@ -10,6 +10,7 @@
 ** uid, no capabilities) cannot ptrace it.
 */
 #define _GNU_SOURCE
+#include "relay_sched.h"
 #include "sandbox_helper.h"
 
 #include <errno.h>
@@ -111,6 +112,7 @@ static void reaped(pid_t pid, int status) {
     if (children[i].pid == pid) {
       queue_exit(children[i].tag, status);
       forget_child(i);
+      relay_sched_idle();
       return;
     }
   }
@@ -216,6 +218,8 @@ static void reply_started(uint64_t tag, pid_t pid) {
   if (r.value == 0) {
     await_ack(tag);
     record_child(pid, tag);
+  } else if (pid > 0) {
+    relay_sched_idle();   /* not recorded: reaped as an orphan, uncounted */
   }
 }
 
@@ -223,7 +227,12 @@ static void handle_start(char *msg, size_t len, int *fds, int nfds) {
   static char *vec[HELPER_MAX_MESSAGE + 2];
   spawn_spec spec;
   uint64_t tag = len >= sizeof(helper_start) ? ((helper_start *)msg)->tag : 0;
-  pid_t pid = decode_start(msg, len, fds, nfds, &spec, vec) ? spawn_start(&spec) : -EPROTO;
+  pid_t pid = -EPROTO;
+  if (decode_start(msg, len, fds, nfds, &spec, vec)) {
+    relay_sched_busy();   /* before the spawn: the command inherits SCHED_OTHER */
+    pid = spawn_start(&spec);
+    if (pid < 0) relay_sched_idle();
+  }
   for (int i = 0; i < nfds; i++) close(fds[i]);
   reply_started(tag, pid);
 }
@@ -282,6 +291,7 @@ int sandbox_helper_main(int argc, char **argv) {
     return 2;
   }
   prctl(PR_SET_DUMPABLE, 0);
+  relay_sched_enter();
   int sigfd = setup_signals();
   set_nonblocking(HELPER_CONTROL_FD);
   set_nonblocking(HELPER_EVENTS_FD);

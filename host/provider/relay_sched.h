@@ -1,0 +1,22 @@
+/*
+** The provider and the sandbox helper are relays: while no command of
+** theirs runs, the only thing that wakes them is a client's request, and
+** the client sleeps right after writing it. Idle, they run as SCHED_BATCH
+** so that wake-up does not preempt the client before it sleeps; from the
+** first running command to the last they run as SCHED_OTHER, so exits and
+** output are handled as promptly as before. See relay_sched.c for why.
+*/
+#ifndef SMOL_RELAY_SCHED_H
+#define SMOL_RELAY_SCHED_H
+
+/* At the start of serving: manage our policy if it is SCHED_OTHER (a policy a user chose is kept). */
+void relay_sched_enter(void);
+
+/* A command is about to start (call before spawning it) / has ended or failed to start. */
+void relay_sched_busy(void);
+void relay_sched_idle(void);
+
+/* In a vfork child: back to SCHED_OTHER if we are SCHED_BATCH now. Async-signal-safe. */
+void relay_sched_child(void);
+
+#endif
