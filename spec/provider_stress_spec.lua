@@ -18,7 +18,11 @@ end
 
 describe("the bundled provider under load", function()
   local handles
-  before_each(function() handles = core.open_handles() end)
+  before_each(function()
+    sandbox.shutdown()   -- providers other spec files left to this busted process
+    core.run_nowait()
+    handles = core.open_handles()
+  end)
   after_each(function()
     sandbox.shutdown()
     core.run_nowait()
