@@ -1,7 +1,7 @@
 /*
 ** The bwrap backend's own cost, without the protocol: the median time to
 ** start /bin/true in one long-lived bubblewrap session (START -> STARTED ->
-** ACK -> EXITED through the helper) and wait for its exit, against a plain
+** EXITED through the helper) and wait for its exit, against a plain
 ** spawn_start + waitpid of the same command, interleaved one by one so a
 ** busy machine slows both alike.
 **

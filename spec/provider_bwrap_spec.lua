@@ -67,6 +67,21 @@ describe("bwrap sessions of the bundled provider", function()
     assert.equal("SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n", r.stdout)
   end)
 
+  it("signal a command's group through the helper, after its leader exited too", function()
+    local sb = open()
+    -- the leader exits at once; the background sleep holds stdout, so only
+    -- the timeout's TERM to the (leaderless) group can end the exec
+    local t0 = core.now()
+    local r = sh(sb, "sleep 30 & echo started", {timeout = 0.3})
+    assert.equal("wall", r.timed_out)
+    assert.equal("started\n", r.stdout)
+    assert.is_true(core.now() - t0 < 10)
+    -- and a running command's group, by kill on its process_id
+    local p = sb:spawn{"sh", "-c", "sleep 30 & sleep 30"}
+    p:kill("KILL")
+    assert.equal(137, p:wait().exit_code)
+  end)
+
   it("have no network in bwrap/default, and the host's in bwrap/network", function()
     local function interfaces(sb)
       local r = sh(sb, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | sort")

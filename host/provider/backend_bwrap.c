@@ -6,12 +6,11 @@
 **
 **   open   socketpairs -> `bwrap ... helper` (channel on its fd 0 and 1)
 **          -> wait for HELLO (or for bwrap to fail, and say why)
-**   start  START -> STARTED + pidfd -> host pid from fdinfo -> ACK
+**   start  START -> STARTED {tag, pid in the namespace}
 **          (synchronous: the helper answers at once; a timeout guards
 **          against a helper that does not)
 **   exit   EXITED {tag, status} on the events channel, read by the loop
-**   signal kill(-host_pgid): the pid namespace is nested in ours, so a
-**          command's group is an ordinary process group seen from here
+**   signal SIGNAL {tag, signo}: the helper signals the command's group
 **   close  close the control channel: the helper (pid 1) exits and the
 **          kernel kills everything left in the namespace; then reap bwrap
 */
@@ -399,18 +398,6 @@ static char *encode_start(const spawn_spec *spec, uint64_t tag, size_t *len) {
   return msg;
 }
 
-/* The pid a pidfd refers to, as seen from the provider's pid namespace; -1 if gone. */
-static pid_t host_pid(int pidfd) {
-  char path[64], info[1024];
-  snprintf(path, sizeof path, "/proc/self/fdinfo/%d", pidfd);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  ssize_t n = fd < 0 ? -1 : read(fd, info, sizeof info - 1);
-  if (fd >= 0) close(fd);
-  info[n > 0 ? n : 0] = '\0';
-  const char *line = strstr(info, "\nPid:");
-  return line ? (pid_t)strtol(line + 5, NULL, 10) : -1;
-}
-
 static int send_start(bwrap_state *st, const spawn_spec *spec, uint64_t tag) {
   size_t len;
   char *msg = encode_start(spec, tag, &len);
@@ -424,16 +411,15 @@ static int send_start(bwrap_state *st, const spawn_spec *spec, uint64_t tag) {
   return rc;
 }
 
-/* Reads STARTED for tag; on success the command is held unreaped until ACK. Returns its pidfd or -errno. */
+/* Reads STARTED for tag. Returns the command's pid in the namespace, or -errno. */
 static int await_started(bwrap_state *st, uint64_t tag) {
   helper_reply r;
-  int pidfd;
-  ssize_t n = recv_reply(st->control_fd, &r, &pidfd, 0);
-  if (n <= 0 || r.type != HELPER_STARTED || r.tag != tag || (r.value == 0) != (pidfd >= 0)) {
-    if (pidfd >= 0) close(pidfd);
+  int fd;
+  ssize_t n = recv_reply(st->control_fd, &r, &fd, 0);
+  if (fd >= 0) close(fd);   /* STARTED carries none */
+  if (n <= 0 || r.type != HELPER_STARTED || r.tag != tag || r.value == 0)
     return n < 0 ? (int)n : -EPROTO;
-  }
-  return r.value < 0 ? r.value : pidfd;
+  return r.value;
 }
 
 /* After a channel failure the helper cannot be trusted to be in step: end the session's sandbox. */
@@ -449,18 +435,12 @@ static int start_in_sandbox(session *s, proc *p, const spawn_spec *spec) {
   uint64_t tag = ++st->next_tag;
   int rc = send_start(st, spec, tag);
   if (rc == -E2BIG) return rc;
-  int pidfd = rc < 0 ? rc : await_started(st, tag);
-  if (pidfd == -EPROTO || pidfd == -EAGAIN || pidfd == -EPIPE || pidfd == -ECONNRESET)
-    return channel_broken(st, pidfd);
-  if (pidfd < 0) return pidfd;   /* the helper could not start it (e.g. EAGAIN from RLIMIT_NPROC) */
-  pid_t pid = host_pid(pidfd);
-  helper_reply ack = {HELPER_ACK, 0, tag};
-  rc = send_message(st->control_fd, &ack, sizeof ack, NULL, 0);
-  if (pid <= 0) syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
-  close(pidfd);
-  if (rc < 0) return channel_broken(st, rc);
-  if (pid <= 0) return -ESRCH;
-  p->pid = pid;
+  int pid = rc < 0 ? rc : await_started(st, tag);
+  if (pid == -EPROTO || pid == -EAGAIN || pid == -EPIPE || pid == -ECONNRESET)
+    return channel_broken(st, pid);
+  if (pid < 0) return pid;   /* the helper could not start it (e.g. EAGAIN from RLIMIT_NPROC) */
+  p->pid = pid;   /* in the namespace: only a sign that it started (signals go by tag) */
+  p->backend_data = (void *)(uintptr_t)tag;
   track(st, tag, p);
   disk_watch_changed(s, false);
   return 0;
@@ -479,10 +459,13 @@ static int bwrap_start(session *s, proc *p, const spawn_spec *spec) {
 
 /* ====================================================== signal, close */
 
+/* Asks the helper to signal the command's group; after the sandbox ended there is none left. */
 static int bwrap_signal(session *s, proc *p, int signo) {
-  (void)s;
-  if (kill(-p->pid, signo) == 0 || errno == ESRCH) return 0;
-  return -errno;
+  bwrap_state *st = s->backend_data;
+  if (!st || st->broken) return 0;
+  helper_reply m = {HELPER_SIGNAL, signo, (uint64_t)(uintptr_t)p->backend_data};
+  int rc = send_message(st->control_fd, &m, sizeof m, NULL, 0);
+  return rc < 0 ? channel_broken(st, rc) : 0;
 }
 
 /*

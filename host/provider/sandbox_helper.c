@@ -3,7 +3,7 @@
 ** of the session's pid namespace: it starts commands on request, reaps
 ** every process of the namespace (orphans land here too) and reports the
 ** exits of the commands it started. It is single-threaded and blocks only
-** in poll() or, briefly, waiting for the provider's ACK of a start.
+** in poll().
 **
 ** Being pid 1 also shields it: the kernel drops signals that processes of
 ** the namespace send it, and it makes itself non-dumpable so commands (same
@@ -28,17 +28,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* How long the helper waits for the provider's ACK before giving up on it. */
-#define ACK_TIMEOUT_MS 10000
-
 typedef struct child {
-  pid_t pid;
+  pid_t pid;               /* also its process group */
   uint64_t tag;
 } child;
 
 /* Commands started and not reaped yet; exits of other pids are orphans, reaped silently. */
 static child *children;
 static size_t nchildren, children_cap;
+
+/* Groups of reaped commands that still have members, for SIGNAL. */
+static child *ended;
+static size_t nended, ended_cap;
 
 /* EXITED reports the provider has not taken yet (the events socket was full). */
 static helper_reply *pending;
@@ -98,8 +99,8 @@ static void flush_exits(void) {
 
 /* ====================================================== reaping */
 
-static void forget_child(size_t i) {
-  children[i] = children[--nchildren];
+static bool group_exists(pid_t pgid) {
+  return kill(-pgid, 0) == 0 || errno != ESRCH;
 }
 
 static void record_child(pid_t pid, uint64_t tag) {
@@ -107,11 +108,28 @@ static void record_child(pid_t pid, uint64_t tag) {
   children[nchildren++] = (child){pid, tag};
 }
 
+/*
+** A reaped command's group stays signalable while it has members. Groups
+** that emptied are dropped here, at each reap, so the list stays short and
+** a later group reusing the number is never taken for one of them.
+*/
+static void keep_group(child c) {
+  size_t kept = 0;
+  for (size_t i = 0; i < nended; i++)
+    if (group_exists(ended[i].pid)) ended[kept++] = ended[i];
+  nended = kept;
+  if (!group_exists(c.pid)) return;
+  if (nended == ended_cap) ended = grow(ended, &ended_cap, sizeof *ended);
+  ended[nended++] = c;
+}
+
 static void reaped(pid_t pid, int status) {
   for (size_t i = 0; i < nchildren; i++) {
     if (children[i].pid == pid) {
-      queue_exit(children[i].tag, status);
-      forget_child(i);
+      child c = children[i];
+      children[i] = children[--nchildren];
+      queue_exit(c.tag, status);
+      keep_group(c);
       relay_sched_idle();
       return;
     }
@@ -193,34 +211,20 @@ static bool decode_start(char *msg, size_t len, const int *fds, int nfds, spawn_
 
 /* ====================================================== handling a START */
 
-/* Blocks until the provider acknowledges tag: until then the command must stay unreaped. */
-static void await_ack(uint64_t tag) {
-  struct pollfd p = {HELPER_CONTROL_FD, POLLIN, 0};
-  helper_reply ack;
-  int fds[3], nfds;
-  if (poll(&p, 1, ACK_TIMEOUT_MS) <= 0) die("no ACK from the provider");
-  ssize_t n = recv_message(HELPER_CONTROL_FD, &ack, sizeof ack, fds, &nfds);
-  for (int i = 0; i < nfds; i++) close(fds[i]);
-  if (n == 0) _exit(0);   /* the provider closed the session meanwhile */
-  if (n != (ssize_t)sizeof ack || ack.type != HELPER_ACK || ack.tag != tag) {
-    errno = EPROTO;
-    die("expected an ACK");
-  }
+/* STARTED: the command's pid (recorded first, so its exit is matched) or -errno. */
+static void reply_started(uint64_t tag, pid_t pid) {
+  if (pid > 0) record_child(pid, tag);
+  helper_reply r = {HELPER_STARTED, pid, tag};
+  int rc = send_with_fd(HELPER_CONTROL_FD, &r, sizeof r, -1);
+  if (rc < 0) { errno = -rc; die("control channel"); }
 }
 
-static void reply_started(uint64_t tag, pid_t pid) {
-  helper_reply r = {HELPER_STARTED, pid < 0 ? pid : 0, tag};
-  int pidfd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
-  if (pid > 0 && pidfd < 0) r.value = -errno;
-  int rc = send_with_fd(HELPER_CONTROL_FD, &r, sizeof r, pidfd);
-  if (pidfd >= 0) close(pidfd);
-  if (rc < 0) { errno = -rc; die("control channel"); }
-  if (r.value == 0) {
-    await_ack(tag);
-    record_child(pid, tag);
-  } else if (pid > 0) {
-    relay_sched_idle();   /* not recorded: reaped as an orphan, uncounted */
-  }
+/* SIGNAL: to the command's process group, running or reaped with members left. */
+static void handle_signal(const helper_reply *m) {
+  for (size_t i = 0; i < nchildren; i++)
+    if (children[i].tag == m->tag) { kill(-children[i].pid, m->value); return; }
+  for (size_t i = 0; i < nended; i++)
+    if (ended[i].tag == m->tag) { kill(-ended[i].pid, m->value); return; }
 }
 
 static void handle_start(char *msg, size_t len, int *fds, int nfds) {
@@ -246,6 +250,12 @@ static bool serve_control(void) {
     if (n == 0) return false;
     if (n < 0 && errno == EAGAIN) return true;
     if (n < 0 && errno != EMSGSIZE) die("control channel");
+    const helper_reply *m = (const helper_reply *)msg;
+    if (n == (ssize_t)sizeof *m && m->type == HELPER_SIGNAL) {
+      for (int i = 0; i < nfds; i++) close(fds[i]);
+      handle_signal(m);
+      continue;
+    }
     handle_start(msg, n < 0 ? 0 : (size_t)n, fds, nfds);
   }
 }

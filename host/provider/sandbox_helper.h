@@ -10,22 +10,23 @@
 ** The channel is two SOCK_SEQPACKET socket pairs (message boundaries and
 ** SCM_RIGHTS for free), inherited by bwrap as the helper's fd 0 and fd 1:
 **
-**   fd 0, "control" (request/reply, used synchronously by the provider):
+**   fd 0, "control" (used synchronously by the provider):
 **     provider -> helper  START  + the command's stdio fds (SCM_RIGHTS)
-**     helper -> provider  STARTED {tag, err} + a pidfd of the command
-**     provider -> helper  ACK {tag}  (see below)
+**     helper -> provider  STARTED {tag, its pid in the namespace or -errno}
+**     provider -> helper  SIGNAL {tag, signo}  (no answer)
 **     end of file                      the helper exits: the kernel then
 **                                      kills every process of the namespace
 **   fd 1, "events" (asynchronous, watched by the provider's loop):
 **     helper -> provider  HELLO + a pidfd of the helper, once at startup
 **     helper -> provider  EXITED {tag, wait status}
 **
-** Why the pidfd and the ACK: the helper only knows pids of its own
-** namespace. The provider turns the pidfd into the command's pid on the
-** host (/proc/self/fdinfo), so signals and the session's process groups
-** work from the host as for a local command. A pidfd only shows the pid
-** while the process is not reaped, so the helper reaps nothing until the
-** provider has acknowledged the start.
+** Signals go through the helper: it signals the command's process group
+** inside the namespace, and keeps the group of a command it reaped while
+** members of that group still run (a timeout must still reach the
+** grandchildren holding an exec's pipes). Before, the helper passed a
+** pidfd, the provider read the command's host pid from /proc/self/fdinfo
+** and acknowledged, and the helper waited for that ACK before reaping
+** anything: one more round trip and ~9 system calls per command.
 **
 ** Both ends are the same binary, so messages are plain structs.
 */
@@ -38,7 +39,7 @@
 enum helper_msg_type {
   HELPER_START = 1,
   HELPER_STARTED,
-  HELPER_ACK,
+  HELPER_SIGNAL,
   HELPER_HELLO,
   HELPER_EXITED,
 };
@@ -60,10 +61,10 @@ typedef struct helper_start {
   uint32_t has_cwd;
 } helper_start;
 
-/* STARTED, ACK, HELLO and EXITED. */
+/* STARTED, SIGNAL, HELLO and EXITED. */
 typedef struct helper_reply {
   uint32_t type;
-  int32_t value;           /* STARTED: 0 or -errno; EXITED: the wait status */
+  int32_t value;           /* STARTED: pid or -errno; SIGNAL: signo; EXITED: the wait status */
   uint64_t tag;
 } helper_reply;
 
