@@ -33,7 +33,6 @@
 #include "bwrap_probe.h"
 #include "disk_cap.h"
 #include "process.h"
-#include "relay_sched.h"
 #include "sandbox_helper.h"
 #include "session.h"
 
@@ -128,7 +127,6 @@ static proc *untrack(bwrap_state *st, uint64_t tag) {
     if (st->running[i].tag == tag) {
       proc *p = st->running[i].p;
       st->running[i] = st->running[--st->nrunning];
-      relay_sched_idle();
       return p;
     }
   }
@@ -149,7 +147,6 @@ static void helper_lost(bwrap_state *st) {
   stop_watching(st);
   while (st->nrunning > 0) {
     proc *p = st->running[--st->nrunning].p;
-    relay_sched_idle();
     proc_exited(p, SIGKILL);   /* a wait status for "killed by SIGKILL" */
   }
 }
@@ -430,8 +427,15 @@ static int channel_broken(bwrap_state *st, int err) {
   return err == -EAGAIN ? -ETIMEDOUT : err;
 }
 
-static int start_in_sandbox(session *s, proc *p, const spawn_spec *spec) {
+/*
+** No relay_sched_busy() here: the helper starts and reaps the command and
+** counts it itself (relay_sched.h); the provider stays a pure relay.
+*/
+static int bwrap_start(session *s, proc *p, const spawn_spec *spec) {
   bwrap_state *st = s->backend_data;
+  if (st->broken) return -EPIPE;
+  int allowed = disk_watch_allows_start(s);
+  if (allowed < 0) return allowed;
   uint64_t tag = ++st->next_tag;
   int rc = send_start(st, spec, tag);
   if (rc == -E2BIG) return rc;
@@ -444,17 +448,6 @@ static int start_in_sandbox(session *s, proc *p, const spawn_spec *spec) {
   track(st, tag, p);
   disk_watch_changed(s, false);
   return 0;
-}
-
-static int bwrap_start(session *s, proc *p, const spawn_spec *spec) {
-  bwrap_state *st = s->backend_data;
-  if (st->broken) return -EPIPE;
-  int allowed = disk_watch_allows_start(s);
-  if (allowed < 0) return allowed;
-  relay_sched_busy();   /* one count per tracked command; untrack gives it back */
-  int rc = start_in_sandbox(s, p, spec);
-  if (rc < 0) relay_sched_idle();
-  return rc;
 }
 
 /* ====================================================== signal, close */
@@ -478,7 +471,6 @@ static void bwrap_close(session *s) {
   if (!st) return;
   s->backend_data = NULL;
   end_sandbox(st);
-  for (size_t i = 0; i < st->nrunning; i++) relay_sched_idle();
   free(st->running);
   st->running = NULL;
   st->nrunning = 0;

@@ -4,7 +4,10 @@
 ** the client sleeps right after writing it. Idle, they run as SCHED_BATCH
 ** so that wake-up does not preempt the client before it sleeps; from the
 ** first running command to the last they run as SCHED_OTHER, so exits and
-** output are handled as promptly as before. See relay_sched.c for why.
+** new commands are handled as promptly as before. A command counts for
+** the process that forks and reaps it: the provider for a local session,
+** the helper for a bubblewrap session (for those the provider only passes
+** messages on, and stays SCHED_BATCH). See relay_sched.c for why.
 */
 #ifndef SMOL_RELAY_SCHED_H
 #define SMOL_RELAY_SCHED_H
