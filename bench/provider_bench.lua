@@ -288,7 +288,7 @@ local function bench_profile(profile)
   report("exec /bin/true via provider, " .. profile, median(via_t), "%.3f ms", "(sb:exec)")
   table.sort(ratios)
   local n = #ratios
-  report("  ratio, " .. profile, median(ratios), "%.2fx",
+  report("  ratio, " .. profile, median(ratios), "%.3fx",
     ("(median of %d rounds' ratios, middle half %.2f-%.2fx; target <= %.2fx)"):format(n,
       ratios[n // 4 + 1], ratios[n - n // 4], target))
   if PART == "exec" then return end
