@@ -194,6 +194,45 @@ describe("provider processes", function()
     assert.equals("unknown_session", ph.exec(conn, s, {"true"}).error.code)
   end)
 
+  -- field 4 of /proc/PID/stat is the parent, 3 the state
+  local function stat_field(pid, n)
+    local stat = ph.read_host("/proc/" .. pid .. "/stat")
+    return stat and stat:match("%) (.*)"):match(("%S+ "):rep(n - 3) .. "(%S+)")
+  end
+
+  it("kills at close the processes that left its groups (setsid), running or re-parented to it", function()
+    -- the shell exits at once: its setsid child is re-parented to the provider, a child subreaper
+    local req = ph.exec(conn, s, {"sh", "-c", "setsid sleep 300 >/dev/null 2>&1 & echo $!"})
+    local orphan = ph.unb64(req.result.stdout_base64):match("%d+")
+    assert.is_true(ph.poll_until(function() return stat_field(orphan, 4) == tostring(conn.pid) end, 5))
+    -- this one's parent still runs at close
+    local sp = ph.op(conn, s, "spawn", {argv = {"sh", "-c", "setsid sleep 301 >/dev/null 2>&1 & echo $!; exec sleep 302"}})
+    local w = ph.op(conn, s, "wait", {process_id = sp.result.process_id, timeout_ms = 300})
+    local escaped = ph.unb64(w.result.stdout_base64):match("%d+")
+    assert.is_true(ph.alive(orphan) and ph.alive(escaped))
+    assert.same({}, conn:call("close", s).result)
+    assert.is_false(ph.exists("/proc/" .. orphan), "killed and reaped")
+    assert.is_true(ph.poll_until(function() return not ph.alive(escaped) end, 5))
+  end)
+
+  it("reaps the processes re-parented to it when they exit, and kills those left at shutdown", function()
+    ph.exec(conn, s, {"sh", "-c", "(sleep 0.2 &); true"})
+    -- an orphan without the session's TMPDIR is not the session's to kill at close
+    local req = ph.exec(conn, s, {"sh", "-c", "env -u TMPDIR setsid sleep 303 >/dev/null 2>&1 & echo $!"})
+    local unclaimed = ph.unb64(req.result.stdout_base64):match("%d+")
+    assert.is_true(ph.poll_until(function()
+      ph.exec(conn, s, {"true"})   -- an exit: the provider reaps what else exited
+      for dir in io.popen("ls /proc"):lines() do
+        if dir:match("^%d+$") and stat_field(dir, 4) == tostring(conn.pid) and stat_field(dir, 3) == "Z" then return false end
+      end
+      return true
+    end, 5), "no zombie child of the provider")
+    assert.same({}, conn:call("close", s).result)
+    assert.is_true(ph.alive(unclaimed))
+    assert.is_true(conn:stop())
+    assert.is_true(ph.poll_until(function() return not ph.alive(unclaimed) end, 5))
+  end)
+
   it("answers close only once the processes it killed are gone, its own children reaped", function()
     -- Members that take a while to die (each frees 32 MiB it touched), so a
     -- reply sent right after the signals would find them still there. Each

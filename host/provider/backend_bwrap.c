@@ -35,6 +35,7 @@
 #include "process.h"
 #include "sandbox_helper.h"
 #include "session.h"
+#include "strays.h"
 
 /* Bounds on waiting for the helper: it answers in microseconds unless it is gone. */
 #define STARTUP_TIMEOUT_MS 10000
@@ -255,6 +256,7 @@ static void end_sandbox(bwrap_state *st) {
     poll(&h, 1, EXIT_TIMEOUT_MS);
   }
   while (waitpid(st->bwrap_pid, NULL, 0) < 0 && errno == EINTR) {}
+  strays_disown(st->bwrap_pid);
   st->bwrap_pid = 0;
 }
 
@@ -277,6 +279,7 @@ static int spawn_sandbox(session *s, bwrap_state *st, int errfd, char *msg, size
   st->control_fd = control[0];
   st->events_fd = events[0];
   st->bwrap_pid = start_bwrap(s, control[1], events[1], errfd);
+  if (st->bwrap_pid > 0) strays_own(st->bwrap_pid);
   close(control[1]);
   close(events[1]);
   if (st->bwrap_pid < 0) {

@@ -29,6 +29,7 @@
 #include "process.h"
 #include "relay_sched.h"
 #include "session.h"
+#include "strays.h"
 
 typedef struct child_watch {
   int pidfd;
@@ -68,6 +69,7 @@ static void on_reaper_ready(uv_poll_t *h, int status, int events) {
   struct epoll_event ready[32];
   int n = epoll_wait(((reaper *)h)->epfd, ready, 32, 0);
   for (int i = 0; i < n; i++) on_child_ready(ready[i].data.ptr);
+  strays_reap();   /* processes re-parented to us that exited meanwhile (strays.h) */
 }
 
 static void free_reaper(uv_handle_t *h) {
@@ -127,6 +129,7 @@ static void on_child_ready(child_watch *w) {
   if (rc < 0) wstatus = 0;   /* cannot happen for our own child; report a plain exit */
   epoll_ctl(the_reaper->epfd, EPOLL_CTL_DEL, w->pidfd, NULL);
   close(w->pidfd);
+  strays_disown(w->pid);
   proc *p = w->p;
   pid_t pid = w->pid;
   if (p) unlink_watch(p->session, w);
@@ -172,6 +175,7 @@ static int watch_child(session *s, proc *p, pid_t pid) {
     return -err;
   }
   the_reaper->users++;
+  strays_own(pid);
   w->pidfd = pidfd;
   w->pid = pid;
   w->p = p;
@@ -220,6 +224,10 @@ static int local_signal(session *s, proc *p, int signo) {
 */
 static void local_close(session *s) {
   prune_groups(s);
+  /* first, while their parents still link them to the session */
+  size_t strays = strays_kill_session(s->groups, s->ngroups, s->tmp_host, CLOSE_WAIT_MS);
+  if (strays) fprintf(stderr, "smolwf-provider: session %s: %zu killed processes outside its groups still running after %d ms\n",
+                      s->id, strays, CLOSE_WAIT_MS);
   for (size_t i = 0; i < s->ngroups; i++) kill(-s->groups[i], SIGKILL);
   size_t left = groups_await_gone(s->groups, s->ngroups, CLOSE_WAIT_MS);
   if (left) fprintf(stderr, "smolwf-provider: session %s: %zu killed processes still running after %d ms\n",
@@ -230,6 +238,7 @@ static void local_close(session *s) {
     w->p = NULL;
     if (waitpid(w->pid, NULL, WNOHANG) == w->pid) w->reaped = true;
   }
+  strays_reap();   /* members whose parent died before them are ours to reap now */
   free(st);
   s->backend_data = NULL;
   reaper_release();

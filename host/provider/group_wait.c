@@ -24,8 +24,7 @@ typedef struct watch_set {
   size_t n, cap;
 } watch_set;
 
-/* Is the process pid running (not a zombie) in one of the groups? From /proc/PID/stat. */
-static bool running_member(pid_t pid, const pid_t *groups, size_t n) {
+bool proc_running_stat(pid_t pid, pid_t *ppid, pid_t *pgrp) {
   char path[64], buf[512];
   snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -37,8 +36,17 @@ static bool running_member(pid_t pid, const pid_t *groups, size_t n) {
   /* "pid (comm) S ppid pgrp ...": comm may hold anything, so parse after its last ')'. */
   char *end = strrchr(buf, ')');
   char state;
-  long ppid, pgrp;
-  if (!end || sscanf(end + 1, " %c %ld %ld", &state, &ppid, &pgrp) != 3 || state == 'Z' || state == 'X') return false;
+  long pp, pg;
+  if (!end || sscanf(end + 1, " %c %ld %ld", &state, &pp, &pg) != 3 || state == 'Z' || state == 'X') return false;
+  *ppid = (pid_t)pp;
+  *pgrp = (pid_t)pg;
+  return true;
+}
+
+/* Is the process pid running (not a zombie) in one of the groups? */
+static bool running_member(pid_t pid, const pid_t *groups, size_t n) {
+  pid_t ppid, pgrp;
+  if (!proc_running_stat(pid, &ppid, &pgrp)) return false;
   for (size_t i = 0; i < n; i++)
     if (groups[i] == pgrp) return true;
   return false;

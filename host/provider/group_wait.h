@@ -28,4 +28,7 @@ size_t groups_await_gone(const pid_t *groups, size_t n, int timeout_ms);
 */
 bool group_still_ours(pid_t pgid, bool leader_reaped);
 
+/* The parent and group of process pid from /proc/PID/stat; false if it is gone or a zombie. */
+bool proc_running_stat(pid_t pid, pid_t *ppid, pid_t *pgrp);
+
 #endif

@@ -14,6 +14,7 @@
 #include "relay_sched.h"
 #include "sandbox_helper.h"
 #include "server.h"
+#include "strays.h"
 
 static const char usage[] =
   "usage: smolwf-provider serve [--profiles FILE]\n"
@@ -54,10 +55,14 @@ static int serve(int argc, char **argv) {
   /* A host that goes away must show up as a write error, not kill us before cleanup. */
   signal(SIGPIPE, SIG_IGN);
   relay_sched_enter();
+  strays_init();
   uv_loop_t *loop = uv_default_loop();
   int rc = server_init(loop) < 0 ? 1 : 0;
   if (rc == 0) uv_run(loop, UV_RUN_DEFAULT);
   server_cleanup();
+  /* no process of ours outlives us: what no session claimed goes too */
+  strays_kill_all(1000);
+  strays_reap();
   uv_loop_close(loop);
   profiles_free();
   return rc;

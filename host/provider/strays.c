@@ -1,0 +1,216 @@
+/*
+** Finding and ending the processes that left a local session's process
+** groups (see strays.h). Processes are found by one walk of /proc; each
+** is held by a pidfd opened before its stat is read, so a pid reused
+** meanwhile is seen as the process it now names, and signals go through
+** the pidfd, never to a reused number.
+*/
+#define _GNU_SOURCE
+#include "strays.h"
+#include "group_wait.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct proc_entry {
+  pid_t pid, ppid, pgrp;
+  int pidfd;
+  int parent;              /* index of the parent's entry, or -1 */
+  bool inside;             /* in the session: a group member, or a stray */
+  bool stray;              /* inside, and outside the session's groups: ours to kill */
+} proc_entry;
+
+typedef struct proc_table {
+  proc_entry *e;
+  size_t n, cap;
+} proc_table;
+
+void strays_init(void) {
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+}
+
+/* Whether the environment of pid holds exactly TMPDIR=tmpdir. */
+static bool has_tmpdir(pid_t pid, const char *tmpdir) {
+  char path[64], want[4096 + 8];
+  snprintf(path, sizeof path, "/proc/%ld/environ", (long)pid);
+  int n = snprintf(want, sizeof want, "TMPDIR=%s", tmpdir);
+  if (n < 0 || (size_t)n >= sizeof want) return false;
+  FILE *f = fopen(path, "re");
+  if (!f) return false;
+  bool found = false;
+  char *entry = NULL;
+  size_t cap = 0;
+  while (!found && getdelim(&entry, &cap, '\0', f) > 0) found = strcmp(entry, want) == 0;
+  free(entry);
+  fclose(f);
+  return found;
+}
+
+static void table_free(proc_table *t) {
+  for (size_t i = 0; i < t->n; i++) if (t->e[i].pidfd >= 0) close(t->e[i].pidfd);
+  free(t->e);
+}
+
+static int by_pid(const void *a, const void *b) {
+  pid_t x = ((const proc_entry *)a)->pid, y = ((const proc_entry *)b)->pid;
+  return (x > y) - (x < y);
+}
+
+/* Every running process but ourselves, each with a pidfd and its parent's index. */
+static void table_read(proc_table *t) {
+  memset(t, 0, sizeof *t);
+  DIR *d = opendir("/proc");
+  if (!d) return;
+  pid_t self = getpid();
+  for (struct dirent *de; (de = readdir(d));) {
+    if (!isdigit((unsigned char)de->d_name[0])) continue;
+    pid_t pid = (pid_t)atol(de->d_name);
+    if (pid == self) continue;
+    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (pidfd < 0) continue;
+    proc_entry e = {pid, 0, 0, pidfd, -1, false, false};
+    if (!proc_running_stat(pid, &e.ppid, &e.pgrp)) { close(pidfd); continue; }
+    if (t->n == t->cap) {
+      size_t cap = t->cap ? 2 * t->cap : 256;
+      proc_entry *grown = realloc(t->e, cap * sizeof *grown);
+      if (!grown) { close(pidfd); break; }
+      t->e = grown;
+      t->cap = cap;
+    }
+    t->e[t->n++] = e;
+  }
+  closedir(d);
+  if (t->n) qsort(t->e, t->n, sizeof *t->e, by_pid);
+  for (size_t i = 0; i < t->n; i++) {
+    proc_entry key = {.pid = t->e[i].ppid};
+    proc_entry *parent = t->n ? bsearch(&key, t->e, t->n, sizeof *t->e, by_pid) : NULL;
+    t->e[i].parent = parent ? (int)(parent - t->e) : -1;
+  }
+}
+
+/* Everything below an inside process is inside; what is not in the groups is a stray. */
+static void spread(proc_table *t, const pid_t *groups, size_t n) {
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = 0; i < t->n; i++) {
+      proc_entry *e = &t->e[i];
+      if (e->inside || e->parent < 0 || !t->e[e->parent].inside) continue;
+      e->inside = changed = true;
+    }
+  }
+  for (size_t i = 0; i < t->n; i++) {
+    proc_entry *e = &t->e[i];
+    bool in_groups = false;
+    for (size_t g = 0; g < n && !in_groups; g++) in_groups = e->pgrp == groups[g];
+    e->stray = e->inside && !in_groups;
+  }
+}
+
+static long ms_since(const struct timespec *start) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (now.tv_sec - start->tv_sec) * 1000 + (now.tv_nsec - start->tv_nsec) / 1000000;
+}
+
+/* SIGKILLs the strays, waits for them to be gone, reaps those that are our children now. */
+static size_t kill_strays(proc_table *t, int timeout_ms) {
+  struct pollfd *fds = calloc(t->n ? t->n : 1, sizeof *fds);
+  pid_t *pids = calloc(t->n ? t->n : 1, sizeof *pids);
+  size_t n = 0;
+  for (size_t i = 0; fds && pids && i < t->n; i++) {
+    if (!t->e[i].stray) continue;
+    syscall(SYS_pidfd_send_signal, t->e[i].pidfd, SIGKILL, NULL, 0);
+    fds[n] = (struct pollfd){.fd = t->e[i].pidfd, .events = POLLIN};
+    pids[n++] = t->e[i].pid;
+  }
+  struct timespec start;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  size_t left = n;
+  for (long waited = 0; left > 0 && waited < timeout_ms; waited = ms_since(&start)) {
+    if (poll(fds, n, (int)(timeout_ms - waited)) < 0 && errno != EINTR) break;
+    left = 0;
+    for (size_t i = 0; i < n; i++)
+      if (fds[i].fd >= 0 && !fds[i].revents) left++;
+      else fds[i].fd = -1;   /* gone: poll skips it from now on */
+  }
+  /* A stray whose parent died is ours now (we are its subreaper): reap it. */
+  for (size_t i = 0; i < n; i++) waitpid(pids[i], NULL, WNOHANG);
+  free(fds);
+  free(pids);
+  return left;
+}
+
+size_t strays_kill_session(const pid_t *groups, size_t n, const char *tmpdir, int timeout_ms) {
+  proc_table t;
+  table_read(&t);
+  pid_t self = getpid();
+  for (size_t i = 0; i < t.n; i++) {
+    proc_entry *e = &t.e[i];
+    for (size_t g = 0; g < n && !e->inside; g++) e->inside = e->pgrp == groups[g];
+    /* re-parented to us after its parent exited: the session's if it carries its TMPDIR */
+    if (!e->inside && e->ppid == self && tmpdir) e->inside = has_tmpdir(e->pid, tmpdir);
+  }
+  spread(&t, groups, n);
+  size_t left = kill_strays(&t, timeout_ms);
+  table_free(&t);
+  return left;
+}
+
+size_t strays_kill_all(int timeout_ms) {
+  proc_table t;
+  table_read(&t);
+  pid_t self = getpid();
+  for (size_t i = 0; i < t.n; i++) t.e[i].inside = t.e[i].ppid == self;
+  spread(&t, NULL, 0);
+  size_t left = kill_strays(&t, timeout_ms);
+  table_free(&t);
+  return left;
+}
+
+/* Children owned by a backend; few at a time, so a plain array. */
+static pid_t *owned;
+static size_t nowned, owned_cap;
+
+void strays_own(pid_t pid) {
+  if (nowned == owned_cap) {
+    size_t cap = owned_cap ? 2 * owned_cap : 32;
+    pid_t *grown = realloc(owned, cap * sizeof *grown);
+    if (!grown) return;   /* then strays_reap may reap it first; its owner sees ECHILD */
+    owned = grown;
+    owned_cap = cap;
+  }
+  owned[nowned++] = pid;
+}
+
+void strays_disown(pid_t pid) {
+  for (size_t i = 0; i < nowned; i++)
+    if (owned[i] == pid) { owned[i] = owned[--nowned]; break; }
+}
+
+static bool is_owned(pid_t pid) {
+  for (size_t i = 0; i < nowned; i++) if (owned[i] == pid) return true;
+  return false;
+}
+
+void strays_reap(void) {
+  for (;;) {
+    siginfo_t si;
+    si.si_pid = 0;
+    if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0) return;
+    /* the first child that exited is a backend's: it reaps it, and the rest wait for the next call */
+    if (is_owned(si.si_pid)) return;
+    waitpid(si.si_pid, NULL, WNOHANG);
+  }
+}
