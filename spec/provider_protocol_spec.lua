@@ -136,12 +136,16 @@ describe("provider protocol", function()
     assert.is_true(killed:wait_exit(5))
     killed.proc:close()
     assert.is_true(ph.exists(root))
-    local other = dir .. "/smolwf-provider.1.abcdef"   -- not ours to judge: pid 1 is alive
-    assert.is_true(lfs.mkdir(other))
+    -- named after a live pid (1): left alone while fresh (it may be a provider
+    -- between mkdtemp and flock), swept once old (the pid was reused)
+    local fresh, reused = dir .. "/smolwf-provider.1.abcdef", dir .. "/smolwf-provider.1.ghijkl"
+    assert.is_true(lfs.mkdir(fresh) and lfs.mkdir(reused))
+    assert.is_true(lfs.touch(reused, os.time() - 3600, os.time() - 3600))
     local next_one = ph.start({env_extra = {XDG_RUNTIME_DIR = dir}})
     ph.open(next_one)
     assert.is_false(ph.exists(root))
-    assert.is_true(ph.exists(other))
+    assert.is_true(ph.exists(fresh))
+    assert.is_false(ph.exists(reused))
     ph.stop_all()
   end)
 

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bwrap_probe.h"
@@ -41,21 +42,27 @@ static const char *runtime_base(void) {
 /*
 ** A provider killed by SIGKILL cannot remove its root. Every root is named
 ** after its provider's pid and locked (flock) for the provider's whole
-** life, so the next provider can tell an abandoned one: its pid is gone
-** and its lock can be taken. Roots of live providers, and roots of other
-** layouts, are never touched.
+** life, so the next provider can tell an abandoned one: its lock can be
+** taken. The lock alone would do but for the moment between a root's
+** mkdtemp and its flock, so a root whose pid is alive is also left alone
+** while it is younger than FRESH_ROOT_SECONDS; older, its pid was reused
+** (pid_max is often 32768) and it is swept too. Roots of live providers,
+** and roots of other layouts, are never touched.
 */
+#define FRESH_ROOT_SECONDS 60
+
 static bool abandoned_root(int base_fd, const char *name, int *fd) {
   long pid;
   int end = 0;
   /* "smolwf-provider.PID.XXXXXX", as session_provider_root() names them */
   if (sscanf(name, "smolwf-provider.%ld.%n", &pid, &end) != 1 || end == 0 || strlen(name + end) != 6 || pid <= 0)
     return false;
-  if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) return false;
   *fd = openat(base_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   struct stat st;
-  if (*fd < 0) return false;
-  return fstat(*fd, &st) == 0 && st.st_uid == geteuid() && flock(*fd, LOCK_EX | LOCK_NB) == 0;
+  if (*fd < 0 || fstat(*fd, &st) != 0 || st.st_uid != geteuid()) return false;
+  bool pid_alive = kill((pid_t)pid, 0) == 0 || errno != ESRCH;
+  if (pid_alive && time(NULL) - st.st_mtime < FRESH_ROOT_SECONDS) return false;
+  return flock(*fd, LOCK_EX | LOCK_NB) == 0;
 }
 
 static void sweep_abandoned_roots(const char *base) {
