@@ -253,12 +253,6 @@ local function sandbox_ms(sb, n, into)
   end
 end
 
-local function mean(t)
-  local sum = 0
-  for _, x in ipairs(t) do sum = sum + x end
-  return sum / #t
-end
-
 -- Plain loop and provider samples (ms), and each round's ratio of medians.
 local function interleaved_ms(profile)
   local sb = sandbox.open{program = provider, profile = profile, workspace = ""}
