@@ -82,7 +82,7 @@ static void watch_members(watch_set *w, const pid_t *groups, size_t n) {
   closedir(d);
 }
 
-static bool any_group_left(const pid_t *groups, size_t n) {
+bool groups_any_left(const pid_t *groups, size_t n) {
   for (size_t i = 0; i < n; i++)
     if (kill(-groups[i], 0) == 0 || errno != ESRCH) return true;
   return false;
@@ -105,19 +105,30 @@ static size_t drop_exited(watch_set *w) {
   return kept;
 }
 
-size_t groups_await_gone(const pid_t *groups, size_t n, int timeout_ms) {
-  if (!any_group_left(groups, n)) return 0;   /* the common case: no /proc walk */
-  watch_set w = {0};
-  watch_members(&w, groups, n);
+/* Waits for the watched processes (see pidfds_await_gone); frees w. */
+static size_t await_watched(watch_set *w, int timeout_ms) {
   struct timespec start;
   clock_gettime(CLOCK_MONOTONIC, &start);
-  for (long waited = 0; w.n > 0 && waited < timeout_ms; waited = ms_since(&start)) {
-    int rc = poll(w.fds, w.n, (int)(timeout_ms - waited));
+  for (long waited = 0; w->n > 0 && waited < timeout_ms; waited = ms_since(&start)) {
+    int rc = poll(w->fds, w->n, (int)(timeout_ms - waited));
     if (rc < 0 && errno != EINTR) break;
-    if (rc > 0) drop_exited(&w);
+    if (rc > 0) drop_exited(w);
   }
-  size_t left = w.n;
-  for (size_t i = 0; i < w.n; i++) close(w.fds[i].fd);
-  free(w.fds);
+  size_t left = w->n;
+  for (size_t i = 0; i < w->n; i++) close(w->fds[i].fd);
+  free(w->fds);
   return left;
+}
+
+size_t groups_await_gone(const pid_t *groups, size_t n, int timeout_ms) {
+  if (!groups_any_left(groups, n)) return 0;   /* the common case: no /proc walk */
+  watch_set w = {0};
+  watch_members(&w, groups, n);
+  return await_watched(&w, timeout_ms);
+}
+
+size_t pidfds_await_gone(const int *pidfds, size_t n, int timeout_ms) {
+  watch_set w = {0};
+  for (size_t i = 0; i < n; i++) watch_add(&w, pidfds[i]);
+  return await_watched(&w, timeout_ms);
 }

@@ -19,6 +19,12 @@
 */
 size_t groups_await_gone(const pid_t *groups, size_t n, int timeout_ms);
 
+/* The same for the processes of n pidfds, which it takes over (and closes). */
+size_t pidfds_await_gone(const int *pidfds, size_t n, int timeout_ms);
+
+/* Whether any of the n process groups still has a member (a zombie counts). */
+bool groups_any_left(const pid_t *groups, size_t n);
+
 /*
 ** Whether process group pgid may still be the group this provider made.
 ** A group's number is pinned while any member lives (the kernel does not

@@ -13,7 +13,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +20,6 @@
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 typedef struct proc_entry {
@@ -118,41 +116,41 @@ static void spread(proc_table *t, const pid_t *groups, size_t n) {
   }
 }
 
-static long ms_since(const struct timespec *start) {
-  struct timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return (now.tv_sec - start->tv_sec) * 1000 + (now.tv_nsec - start->tv_nsec) / 1000000;
-}
-
 /* SIGKILLs the strays, waits for them to be gone, reaps those that are our children now. */
 static size_t kill_strays(proc_table *t, int timeout_ms) {
-  struct pollfd *fds = calloc(t->n ? t->n : 1, sizeof *fds);
+  int *pidfds = calloc(t->n ? t->n : 1, sizeof *pidfds);
   pid_t *pids = calloc(t->n ? t->n : 1, sizeof *pids);
   size_t n = 0;
-  for (size_t i = 0; fds && pids && i < t->n; i++) {
-    if (!t->e[i].stray) continue;
-    syscall(SYS_pidfd_send_signal, t->e[i].pidfd, SIGKILL, NULL, 0);
-    fds[n] = (struct pollfd){.fd = t->e[i].pidfd, .events = POLLIN};
-    pids[n++] = t->e[i].pid;
+  for (size_t i = 0; pidfds && pids && i < t->n; i++) {
+    proc_entry *e = &t->e[i];
+    if (!e->stray) continue;
+    syscall(SYS_pidfd_send_signal, e->pidfd, SIGKILL, NULL, 0);
+    pidfds[n] = e->pidfd;
+    pids[n++] = e->pid;
+    e->pidfd = -1;   /* pidfds_await_gone closes it */
   }
-  struct timespec start;
-  clock_gettime(CLOCK_MONOTONIC, &start);
-  size_t left = n;
-  for (long waited = 0; left > 0 && waited < timeout_ms; waited = ms_since(&start)) {
-    if (poll(fds, n, (int)(timeout_ms - waited)) < 0 && errno != EINTR) break;
-    left = 0;
-    for (size_t i = 0; i < n; i++)
-      if (fds[i].fd >= 0 && !fds[i].revents) left++;
-      else fds[i].fd = -1;   /* gone: poll skips it from now on */
-  }
+  size_t left = pidfds_await_gone(pidfds, n, timeout_ms);
   /* A stray whose parent died is ours now (we are its subreaper): reap it. */
   for (size_t i = 0; i < n; i++) waitpid(pids[i], NULL, WNOHANG);
-  free(fds);
+  free(pidfds);
   free(pids);
   return left;
 }
 
+/*
+** Whether a stray can exist at all: a stray descends from a live group
+** member, or was re-parented to us (then it is a child no backend owns).
+** With no member left and no child at all, the /proc walk is skipped.
+*/
+static bool strays_possible(const pid_t *groups, size_t n) {
+  if (groups_any_left(groups, n)) return true;
+  siginfo_t si;
+  si.si_pid = 0;
+  return waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) == 0 || errno != ECHILD;
+}
+
 size_t strays_kill_session(const pid_t *groups, size_t n, const char *tmpdir, int timeout_ms) {
+  if (!strays_possible(groups, n)) return 0;
   proc_table t;
   table_read(&t);
   pid_t self = getpid();
