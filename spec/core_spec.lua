@@ -321,6 +321,41 @@ describe("smol.core", function()
     end)
   end)
 
+  describe("capture", function()
+    it("keeps the first `limit` bytes across appends, and says when more came", function()
+      local c = core.capture(10)
+      c:append("0123")
+      c:append("")
+      c:append("45678")
+      assert.same({"012345678", nil}, {c:take()})
+      assert.same({"", nil}, {c:take()})   -- take empties it
+      c:append("0123456789")
+      assert.same({"0123456789", nil}, {c:take()})   -- exactly the limit is not truncated
+      c:append("01234")
+      c:append("56789abc")
+      c:append("more")
+      assert.same({"0123456789", true}, {c:take()})
+    end)
+
+    it("keeps binary bytes and grows past its first buffer up to the limit", function()
+      local chunk = string.rep("\0\1\255", 40000)   -- 120 000 bytes, beyond the first 64 KiB
+      local c = core.capture(1000000)
+      for _ = 1, 9 do c:append(chunk) end
+      local s, truncated = c:take()
+      assert.equal(string.rep(chunk, 8) .. chunk:sub(1, 40000), s)
+      assert.is_true(truncated)
+    end)
+
+    it("with a limit of 0 keeps nothing, and rejects a bad limit or append", function()
+      local c = core.capture(0)
+      c:append("x")
+      assert.same({"", true}, {c:take()})
+      assert.has_error(function() core.capture(-1) end)
+      assert.has_error(function() core.capture("x") end)
+      assert.has_error(function() core.capture(4):append({}) end)
+    end)
+  end)
+
   describe("base64", function()
     it("round-trips every byte value", function()
       local all = {}

@@ -13,6 +13,7 @@ int luaopen_smol_core(lua_State *L) {
   timer_open(L);
   process_open(L);
   b64_open(L);
+  capture_open(L);
   message_open(L);
   command_open(L);
   fs_open(L);

@@ -117,7 +117,12 @@ void spawn_opts_check(lua_State *L, int idx, spawn_opts *o); /* pushes anchors *
 /* each file adds its functions to the smol.core table on the stack top */
 void timer_open(lua_State *L);
 void process_open(lua_State *L);
+/* class.c: registers a userdata class's metatable (meta: metamethods, methods: its __index) */
+struct luaL_Reg;
+void host_class(lua_State *L, const char *name, const struct luaL_Reg *methods,
+                const struct luaL_Reg *meta);
 void b64_open(lua_State *L);
+void capture_open(lua_State *L);        /* capture.c: core.capture, exec's kept output */
 void message_open(lua_State *L);        /* message.c: core.decode_message */
 void command_open(lua_State *L);        /* command.c: core.process_params */
 void fs_open(lua_State *L);

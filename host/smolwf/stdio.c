@@ -175,11 +175,8 @@ void stdio_open(lua_State *L) {
   static const luaL_Reg funcs[] = {
     {"read_stdin", core_read_stdin}, {"write_stdout", core_write_stdout},
     {"stdout_pending", core_stdout_pending}, {NULL, NULL}};
-  luaL_newmetatable(L, STDIN_MT);
-  lua_newtable(L);
-  lua_pushcfunction(L, stdin_stop);
-  lua_setfield(L, -2, "stop");
-  lua_setfield(L, -2, "__index");
-  lua_pop(L, 1);
+  static const luaL_Reg methods[] = {{"stop", stdin_stop}, {NULL, NULL}};
+  static const luaL_Reg no_meta[] = {{NULL, NULL}};
+  host_class(L, STDIN_MT, methods, no_meta);
   luaL_setfuncs(L, funcs, 0);
 }

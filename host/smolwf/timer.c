@@ -99,12 +99,8 @@ void timer_close_all(void) {
 void timer_open(lua_State *L) {
   static const luaL_Reg methods[] = {
     {"stop", timer_stop}, {"active", timer_active}, {NULL, NULL}};
-  luaL_newmetatable(L, TIMER_MT);
-  luaL_newlib(L, methods);
-  lua_setfield(L, -2, "__index");
-  lua_pushcfunction(L, timer_stop);
-  lua_setfield(L, -2, "__gc");
-  lua_pop(L, 1);
+  static const luaL_Reg meta[] = {{"__gc", timer_stop}, {NULL, NULL}};
+  host_class(L, TIMER_MT, methods, meta);
   lua_pushcfunction(L, core_timer);
   lua_setfield(L, -2, "timer");
 }

@@ -43,7 +43,7 @@ local sandbox = {
 
 local null = cjson.null
 local codec = cjson.new()
-local concat, tointeger = table.concat, math.tointeger
+local tointeger = math.tointeger
 local pool = {}                               -- key -> jsonl connection
 local open_sessions = setmetatable({}, {__mode = "k"})
 local exit_hook_registered = false
@@ -394,33 +394,25 @@ A process request's state, `req`, one table per exec/spawn/wait (the
 request's hot path makes few tables: this one, its argv and its result):
   spec        the caller's callbacks (on_stdout, on_stderr, on_event)
   capture     how output is kept: "events", "result" or "none"
-  limit       with "events": the per-stream cap, set by the first chunk
-  stdout, stderr  with "events": lists of chunks, made by the first chunk
+  stdout, stderr  with "events": a core.capture each, made by the first
+              chunk (the kept bytes live outside the Lua heap: see
+              host/smolwf/capture.c)
   process_id  from the `started` event (to kill the process on cancel);
               false until then
 "events" is for sessions announcing "output_limit": the provider is asked
 for no copy of its own (max_output_bytes = 0), so a big output is not held
 again as one huge result line, its Lua string and its decoded copy, and
-crosses the pipe once. Each stream keeps its first `limit` bytes, and is
-truncated exactly when the command wrote more, as the provider's copy
+crosses the pipe once. Each stream keeps its first max_output_bytes, and
+is truncated exactly when the command wrote more, as the provider's copy
 would be. "result" takes the result's own copy (part-1 providers, wait).
 ]]
 local function capture_chunk(req, kind, data)
-  local stream = req[kind]
-  if stream == nil then
-    stream = {n = 0}
-    req[kind] = stream
-    req.limit = req.limit or req.spec.max_output_bytes or sandbox.max_output_bytes
+  local kept = req[kind]
+  if kept == nil then
+    kept = core.capture(req.spec.max_output_bytes or sandbox.max_output_bytes)
+    req[kind] = kept
   end
-  local room = req.limit - stream.n
-  if #data > room then
-    stream.truncated = true
-    data = data:sub(1, room)
-  end
-  if data ~= "" then
-    stream[#stream + 1] = data
-    stream.n = stream.n + #data
-  end
+  kept:append(data)
 end
 
 -- A process request's on_event: validates each event, decodes its data,
@@ -464,8 +456,8 @@ local function build_result(r, req, argv, op, path)
   local capture = req.capture
   if capture == "events" then
     local out, err = req.stdout, req.stderr
-    stdout, stderr = out and concat(out) or "", err and concat(err) or ""
-    stdout_truncated, stderr_truncated = out and out.truncated, err and err.truncated
+    if out then stdout, stdout_truncated = out:take() else stdout = "" end
+    if err then stderr, stderr_truncated = err:take() else stderr = "" end
   elseif capture == "result" then
     local ok
     ok, stdout, stderr, stdout_truncated, stderr_truncated = pcall(copied_output, r)
