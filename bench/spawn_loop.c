@@ -6,11 +6,9 @@
 **   smolwf-bench-spawn-loop N PROGRAM [ARGS...]
 **     prints one line: "n=N median_us=X mean_us=Y p10_us=A p90_us=B".
 **   smolwf-bench-spawn-loop --serve PROGRAM [ARGS...]
-**     reads a count K per line on stdin, starts the command K times and
-**     answers one line with the K start-to-reaped times in µs; exits at
-**     end of input. This lets bench/provider_bench.lua interleave a few
-**     plain starts with a few execs through the provider, so both sides
-**     are measured under the same moment's conditions.
+**     serves batches (batches.h): for each count K read on stdin, starts
+**     the command K times and answers their start-to-reaped times in µs,
+**     as exec_client.c does for execs through a provider.
 **
 ** stdout/stderr of the command go to /dev/null so only process start and
 ** exit are measured.
@@ -25,6 +23,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "batches.h"
 
 extern char **environ;
 
@@ -84,22 +84,11 @@ static int loop(char **argv, const posix_spawn_file_actions_t *fa, long n) {
   return status;
 }
 
-#define MAX_BATCH 1000
+typedef struct start { char **argv; const posix_spawn_file_actions_t *fa; } start;
 
-static int serve(char **argv, const posix_spawn_file_actions_t *fa) {
-  static double samples[MAX_BATCH];
-  long k;
-  while (scanf("%ld", &k) == 1) {
-    if (k < 1 || k > MAX_BATCH) {
-      fprintf(stderr, "spawn_loop: a batch is 1 to %d starts, not %ld\n", MAX_BATCH, k);
-      return 2;
-    }
-    if (run_n(argv, fa, samples, k) != 0) return 1;
-    for (long i = 0; i < k; i++) printf(i ? " %.1f" : "%.1f", samples[i]);
-    printf("\n");
-    fflush(stdout);
-  }
-  return 0;
+static double run_start(void *ctx) {
+  const start *st = ctx;
+  return run_once(st->argv, st->fa);
 }
 
 int main(int argc, char **argv) {
@@ -114,7 +103,8 @@ int main(int argc, char **argv) {
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-  int status = serving ? serve(argv + 2, &fa) : loop(argv + 2, &fa, n);
+  start st = {argv + 2, &fa};
+  int status = serving ? serve_batches("spawn_loop", run_start, &st) : loop(argv + 2, &fa, n);
   posix_spawn_file_actions_destroy(&fa);
   return status;
 }
