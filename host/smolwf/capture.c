@@ -20,6 +20,8 @@
 */
 #include "host.h"
 
+#include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -83,12 +85,18 @@ static int capture_gc(lua_State *L) {
   return 0;
 }
 
+/* The limit: a non-negative integer, or math.huge for none. */
+static size_t check_limit(lua_State *L) {
+  lua_Number limit = luaL_checknumber(L, 1);
+  luaL_argcheck(L, limit >= 0 && floor(limit) == limit, 1, "limit must be a non-negative integer");
+  return limit >= (lua_Number)SIZE_MAX ? SIZE_MAX : (size_t)limit;
+}
+
 static int core_capture(lua_State *L) {
-  lua_Integer limit = luaL_checkinteger(L, 1);
-  luaL_argcheck(L, limit >= 0, 1, "limit must be a non-negative integer");
+  size_t limit = check_limit(L);
   capture *c = lua_newuserdatauv(L, sizeof *c, 0);
   memset(c, 0, sizeof *c);
-  c->limit = (size_t)limit;
+  c->limit = limit;
   luaL_setmetatable(L, CAPTURE_MT);
   return 1;
 }
