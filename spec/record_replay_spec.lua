@@ -182,6 +182,37 @@ describe("the replay provider on its own", function()
     again:close()
   end)
 
+  it("replays a provider's crash as that crash: its events, then the same exit status or signal", function()
+    local h = dofile("spec/fixtures/helpers.lua")
+    local FAULT = h.fixture("fault_provider.lua")
+    local function run_crash(program, argv)
+      local sb = sandbox.open{program = program, workspace = dir}
+      local events = {}
+      local err = h.catch(sb.exec, sb, {argv[1], argv[2], on_event = function(ev) events[#events + 1] = ev.type end})
+      sb:close()   -- its provider is gone: nothing to send
+      return err, events
+    end
+    for _, case in ipairs{{argv = {"crash", "5"}, says = "exited with status 5"},
+                          {argv = {"die", "KILL"}, says = "was killed by signal KILL %(status 137%)"}} do
+      local file = dir .. "/crash.jsonl"
+      local rec = record.start(file)
+      local recorded, recorded_events = run_crash(FAULT, case.argv)
+      rec:stop()
+      sandbox.shutdown(FAULT)
+      local program = replay.program(file)
+      local replayed, replayed_events = run_crash(program, case.argv)
+      sandbox.shutdown(program)
+      require("smol.provider_server").remove_programs(program)
+      for _, e in ipairs{recorded, replayed} do
+        assert.equal("provider_exited", e.code, tostring(e))
+        assert.matches(case.says, e.message)
+      end
+      assert.same({recorded.exit_code, recorded.signal}, {replayed.exit_code, replayed.signal})
+      assert.same({"started"}, recorded_events)
+      assert.same(recorded_events, replayed_events)
+    end
+  end)
+
   it("refuses a file that is not a recording, naming it", function()
     local file = dir .. "/not.jsonl"
     local f = assert(io.open(file, "w"))

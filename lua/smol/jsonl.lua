@@ -10,7 +10,7 @@ smol.jsonl: one connection to a provider process speaking JSON Lines
                                     -- pending requests fail with err
   conn:alive(), conn.pid, conn.program, conn.exit_code, conn:wait_exit()
   local remove = jsonl.observe(fn)  -- fn(direction, info, line) for every line
-                                    -- ("send"/"recv"), fn("exit", info, status);
+                                    -- ("send"/"recv"), fn("exit", info, status, signal, crashed);
                                     -- remove() unregisters just this fn
 
 Requests are multiplexed by integer id. The read callback (on the main
@@ -88,8 +88,10 @@ end
 
 --[[
 Registers fn(direction, info, line), called for every line sent ("send")
-or received ("recv") on any connection, and fn("exit", info, status) when
-a provider exits; observers are called in the order they were added and
+or received ("recv") on any connection, and fn("exit", info, status,
+signal, crashed) when a provider exits (signal: its name, e.g. "KILL",
+when a signal ended it; crashed: true when it ended while in use, not
+after our shutdown nor once we gave up on it); observers are called in the order they were added and
 must not yield. Returns a function that removes this registration
 (idempotent): several observers (a recorder, a test) coexist.
 jsonl.observe(nil) removes every observer; that is for test cleanup,
@@ -110,9 +112,9 @@ function jsonl.observe(fn)
   return function() set_observers(without(observers, entry)) end
 end
 
-local function notify_observer(conn, direction, what)
+local function notify_observer(conn, direction, what, signal, crashed)
   local list = observers
-  for i = 1, #list do list[i].fn(direction, conn.info, what) end
+  for i = 1, #list do list[i].fn(direction, conn.info, what, signal, crashed) end
 end
 
 local function basename(path)
@@ -230,6 +232,8 @@ function Conn:exit_failure(code, signal)
 end
 
 function Conn:on_exit(code, signal)
+  -- on its own: while in use, not after our shutdown nor once we gave up on it
+  local crashed = self.state == "running" and not self.stopping
   self.exit_code, self.exit_signal = code, signal
   if self.kill_timer then self.kill_timer:stop() end
   self.failure = self:exit_failure(code, signal)
@@ -238,7 +242,7 @@ function Conn:on_exit(code, signal)
   update_routing(self)
   self:fail_pending(self.failure)
   self.proc:close()
-  notify_observer(self, "exit", code)
+  notify_observer(self, "exit", code, signal, crashed)
   self.exited:set(code, signal)
 end
 
@@ -563,6 +567,7 @@ end
 -- to exit; kills it when it does not. Never raises.
 function Conn:shutdown(grace)
   grace = grace or 2
+  self.stopping = true
   if self.state == "running" then
     pcall(self.request, self, "shutdown", {}, nil, {timeout = grace})
     if self.exit_code == nil then self.proc:close_stdin() end

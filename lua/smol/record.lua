@@ -12,7 +12,11 @@
 -- decode/encode round trip); `session` is the session id the line belongs
 -- to (absent for `open` requests, `shutdown`, `describe`); `t` is the wall
 -- clock (core.time(), to 0.1 ms: lua-cjson writes 14 digits) and `elapsed`
--- the monotonic seconds since the recording started (to the microsecond). A provider's exit adds {"dir":"exit","status":N}.
+-- the monotonic seconds since the recording started (to the microsecond).
+-- A provider's exit adds {"dir":"exit","program":P,"conn":C,"status":N},
+-- with "signal":"KILL" (say) when a signal ended it, and "crash":true when
+-- it ended on its own (see jsonl.observe): smol.replay replays the
+-- requests a crash left unanswered as the same crash.
 local cjson = require "cjson"
 local core = require "smol.core"
 local jsonl = require "smol.jsonl"
@@ -67,10 +71,11 @@ function Recorder:write(entry)
   self.file:write(json.encode(entry), "\n")
 end
 
-function Recorder:observe(direction, info, what)
+function Recorder:observe(direction, info, what, signal, crashed)
   if self.stopped then return end
   if direction == "exit" then
-    return self:write({dir = "exit", program = info.program, conn = info.conn, status = what})
+    return self:write({dir = "exit", program = info.program, conn = info.conn, status = what,
+      signal = signal, crash = crashed or nil})
   end
   self:write({dir = direction, program = info.program, conn = info.conn,
     session = self:session_for(direction, info.conn, what), line = what})
@@ -97,7 +102,9 @@ function M.start(path)
   local rec = setmetatable({path = path, file = file, seq = 0, requests = {}, started = core.now()}, Recorder)
   file:write(json.encode({format = M.FORMAT, version = M.VERSION, started_at = core.time()}), "\n")
   M.current = rec
-  rec.unobserve = jsonl.observe(function(direction, info, what) rec:observe(direction, info, what) end)
+  rec.unobserve = jsonl.observe(function(direction, info, what, signal, crashed)
+    rec:observe(direction, info, what, signal, crashed)
+  end)
   -- No exit hook: sessions closed by exit hooks must be recorded too, and
   -- line buffering already puts every entry in the file.
   return rec

@@ -11,7 +11,9 @@
 -- Recorded requests are used once each, in recorded order among equals, so
 -- concurrent requests may arrive in any order. A request with no match
 -- fails (`internal` error) with the closest recorded request and the actual
--- one side by side.
+-- one side by side. A request the recorded provider left unanswered when it
+-- exited (a crash) is replayed as that crash: its recorded events, then the
+-- replay provider exits the same way (status, or the same signal).
 local cjson = require "cjson"
 local lfs = require "lfs"
 local canonical = require "smol.replay.canonical"
@@ -46,22 +48,38 @@ local function new_exchange(entry, msg)
     method = msg.method, params = msg.params, replies = {}, complete = false}
 end
 
--- Pairs each sent request with the lines received for its id on its
--- connection, up to the terminal one.
+-- The exchanges still waiting for their terminal line on a connection, by request id.
+local function waiting_on(open, conn)
+  local key = tostring(conn)
+  open[key] = open[key] or {}
+  return open[key]
+end
+
+--[[
+Pairs each sent request with the lines received for its id on its
+connection, up to the terminal one. The exchanges a provider's crash left
+without one get `crash` = {status =, signal =} from its exit entry (an
+exit we asked for, or caused by giving up, ends them unmatched).
+]]
 local function build_exchanges(entries)
   local exchanges, open = {}, {}
   for i = 2, #entries do
     local e = entries[i]
     local ok, msg = pcall(json.decode, e.line or "")
-    if ok and type(msg) == "table" and msg.id ~= nil then
-      local key = tostring(e.conn) .. "\0" .. tostring(msg.id)
+    if e.dir == "exit" then
+      for _, ex in pairs(e.crash and waiting_on(open, e.conn) or {}) do
+        ex.crash = {status = math.tointeger(e.status), signal = e.signal}
+      end
+      open[tostring(e.conn)] = nil
+    elseif ok and type(msg) == "table" and msg.id ~= nil then
+      local waiting, id = waiting_on(open, e.conn), tostring(msg.id)
       if e.dir == "send" and type(msg.method) == "string" then
-        open[key] = new_exchange(e, msg)
-        exchanges[#exchanges + 1] = open[key]
-      elseif e.dir == "recv" and open[key] then
-        local ex = open[key]
+        waiting[id] = new_exchange(e, msg)
+        exchanges[#exchanges + 1] = waiting[id]
+      elseif e.dir == "recv" and waiting[id] then
+        local ex = waiting[id]
         ex.replies[#ex.replies + 1] = msg
-        if msg.result ~= nil or msg.error ~= nil then ex.complete, open[key] = true, nil end
+        if msg.result ~= nil or msg.error ~= nil then ex.complete, waiting[id] = true, nil end
       end
     end
   end
@@ -84,7 +102,7 @@ function M.find(rec, method, params)
   local key = canonical.request_key(method, params, rec.ignore)
   local fallback
   for _, ex in ipairs(rec.exchanges) do
-    if not ex.used and ex.complete and ex.key == key then
+    if not ex.used and (ex.complete or ex.crash) and ex.key == key then
       if rec.program == nil or ex.program == rec.program then return ex end
       fallback = fallback or ex
     end
@@ -106,7 +124,25 @@ function M.mismatch_message(rec, method, params)
       {method = method, params = params}, rec.ignore))
 end
 
--- Sends the recorded replies of `ex` for the current request.
+-- This process's pid (the replay provider's: its wrapper execs smolwf).
+local function own_pid()
+  local f = assert(io.open("/proc/self/stat"))
+  local pid = f:read("l"):match("^(%d+)")
+  f:close()
+  return pid
+end
+
+-- Ends the replay provider as the recorded one ended, once the replies
+-- written so far have left: killed by the same signal, or with its status.
+local function crash(how)
+  require("smol.provider_server").flush()
+  if how.signal and tostring(how.signal):match("^%u+$") then
+    os.execute(("kill -s %s %s"):format(how.signal, own_pid()))
+  end
+  os.exit(how.status or 1, false)
+end
+
+-- Sends the recorded replies of `ex` for the current request (a crash: see crash).
 local function answer(ex, req)
   local server = require "smol.provider_server"
   for _, msg in ipairs(ex.replies) do
@@ -119,6 +155,7 @@ local function answer(ex, req)
       return msg.result
     end
   end
+  if ex.crash then crash(ex.crash) end
 end
 
 --- The methods of the replay provider (for smol.provider_server).
