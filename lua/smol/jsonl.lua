@@ -91,11 +91,11 @@ Registers fn(direction, info, line), called for every line sent ("send")
 or received ("recv") on any connection, and fn("exit", info, status,
 signal, crashed) when a provider exits (signal: its name, e.g. "KILL",
 when a signal ended it; crashed: true when it ended while in use, not
-after our shutdown nor once we gave up on it); observers are called in the order they were added and
-must not yield. Returns a function that removes this registration
-(idempotent): several observers (a recorder, a test) coexist.
-jsonl.observe(nil) removes every observer; that is for test cleanup,
-library code calls its remover.
+after our shutdown nor once we gave up on it); observers are called in
+the order they were added and must not yield. Returns a function that
+removes this registration (idempotent): several observers (a recorder, a
+test) coexist. jsonl.observe(nil) removes every observer; that is for
+test cleanup, library code calls its remover.
 ]]
 function jsonl.observe(fn)
   if fn == nil then
