@@ -155,7 +155,7 @@ static void prune_groups(session *s) {
   for (size_t i = 0; i < s->ngroups; i++) {
     pid_t g = s->groups[i];
     bool reaped = s->group_reaped[i];
-    if (!reaped || ((kill(-g, 0) == 0 || errno != ESRCH) && group_still_ours(g, true))) {
+    if (!reaped || ((kill(-g, 0) == 0 || errno != ESRCH) && group_still_ours(g))) {
       s->group_reaped[kept] = reaped;
       s->groups[kept++] = g;
     }

@@ -43,17 +43,20 @@ bool proc_running_stat(pid_t pid, pid_t *ppid, pid_t *pgrp) {
   return true;
 }
 
-/* Is the process pid running (not a zombie) in one of the groups? */
-static bool running_member(pid_t pid, const pid_t *groups, size_t n) {
-  pid_t ppid, pgrp;
-  if (!proc_running_stat(pid, &ppid, &pgrp)) return false;
+bool groups_contain(const pid_t *groups, size_t n, pid_t pgrp) {
   for (size_t i = 0; i < n; i++)
     if (groups[i] == pgrp) return true;
   return false;
 }
 
-bool group_still_ours(pid_t pgid, bool leader_reaped) {
-  return !leader_reaped || (kill(pgid, 0) < 0 && errno == ESRCH);
+/* Is the process pid running (not a zombie) in one of the groups? */
+static bool running_member(pid_t pid, const pid_t *groups, size_t n) {
+  pid_t ppid, pgrp;
+  return proc_running_stat(pid, &ppid, &pgrp) && groups_contain(groups, n, pgrp);
+}
+
+bool group_still_ours(pid_t pgid) {
+  return kill(pgid, 0) < 0 && errno == ESRCH;
 }
 
 static void watch_add(watch_set *w, int pidfd) {

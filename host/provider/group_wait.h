@@ -22,17 +22,20 @@ size_t groups_await_gone(const pid_t *groups, size_t n, int timeout_ms);
 /* The same for the processes of n pidfds, which it takes over (and closes). */
 size_t pidfds_await_gone(const int *pidfds, size_t n, int timeout_ms);
 
+/* Whether pgrp is one of the n groups. */
+bool groups_contain(const pid_t *groups, size_t n, pid_t pgrp);
+
 /* Whether any of the n process groups still has a member (a zombie counts). */
 bool groups_any_left(const pid_t *groups, size_t n);
 
 /*
-** Whether process group pgid may still be the group this provider made.
-** A group's number is pinned while any member lives (the kernel does not
-** reuse it), and while our leader is unreaped its pid is ours. Once we
-** reaped the leader (leader_reaped), a live process carrying the number is
-** someone else's: the group emptied, the number was freed and reused.
+** Whether process group pgid, whose leader this provider made and reaped,
+** may still be the group it made. A group's number is pinned while any
+** member lives (the kernel does not reuse it), so a live process carrying
+** the number is someone else's: the group emptied, the number was freed
+** and reused. (While our leader is unreaped its pid is ours: no question.)
 */
-bool group_still_ours(pid_t pgid, bool leader_reaped);
+bool group_still_ours(pid_t pgid);
 
 /* The parent and group of process pid from /proc/PID/stat; false if it is gone or a zombie. */
 bool proc_running_stat(pid_t pid, pid_t *ppid, pid_t *pgrp);

@@ -802,8 +802,10 @@ void procs_close_session(session *s) {
   while (s->procs) {
     proc *p = s->procs;
     signal_proc(p, SIGKILL);
-    if (p->req) flush_started(p);
-    if (p->req) fail_request(p->req, s, p);
+    if (p->req) {
+      flush_started(p);
+      fail_request(p->req, s, p);
+    }
     p->req = NULL;
     for (stdin_write *w = p->writes; w; w = w->next)
       if (w->r) { fail_request(w->r, s, p); w->r = NULL; }

@@ -108,12 +108,7 @@ static void spread(proc_table *t, const pid_t *groups, size_t n) {
       e->inside = changed = true;
     }
   }
-  for (size_t i = 0; i < t->n; i++) {
-    proc_entry *e = &t->e[i];
-    bool in_groups = false;
-    for (size_t g = 0; g < n && !in_groups; g++) in_groups = e->pgrp == groups[g];
-    e->stray = e->inside && !in_groups;
-  }
+  for (size_t i = 0; i < t->n; i++) t->e[i].stray = t->e[i].inside && !groups_contain(groups, n, t->e[i].pgrp);
 }
 
 /* SIGKILLs the strays, waits for them to be gone, reaps those that are our children now. */
@@ -156,7 +151,7 @@ size_t strays_kill_session(const pid_t *groups, size_t n, const char *tmpdir, in
   pid_t self = getpid();
   for (size_t i = 0; i < t.n; i++) {
     proc_entry *e = &t.e[i];
-    for (size_t g = 0; g < n && !e->inside; g++) e->inside = e->pgrp == groups[g];
+    e->inside = groups_contain(groups, n, e->pgrp);
     /* re-parented to us after its parent exited: the session's if it carries its TMPDIR */
     if (!e->inside && e->ppid == self && tmpdir) e->inside = has_tmpdir(e->pid, tmpdir);
   }
