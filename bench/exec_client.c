@@ -19,10 +19,10 @@
 #include <spawn.h>
 #include <stdbool.h>
 #include <sys/wait.h>
-#include <time.h>
 
 #include "batches.h"
 #include "bench_io.h"
+#include "clock.h"
 
 extern char **environ;
 
@@ -39,12 +39,6 @@ typedef struct client {
 static void die(const char *what, const char *detail) {
   fprintf(stderr, "exec_client: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
   exit(1);
-}
-
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
 /* Every reply line: events are parsed and dropped; the awaited result is kept. */

@@ -9,9 +9,9 @@
 #include <cjson/cJSON.h>
 #include <stdint.h>
 #include <sys/wait.h>
-#include <time.h>
 
 #include "bench_io.h"
+#include "clock.h"
 
 static const char *REQUEST =
   "{\"id\":%ld,\"method\":\"exec\",\"params\":{\"session\":{\"id\":\"bench_1\",\"cwd\":null,"
@@ -51,12 +51,6 @@ static void child(int in, int out) {
   linebuf_free(&lb);
   free(p.out.buf);
   _exit(0);
-}
-
-static double now_us(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 }
 
 static int cmp_double(const void *a, const void *b) {

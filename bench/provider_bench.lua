@@ -44,19 +44,6 @@ local function report(name, value, fmt, note)
   print(("%-44s " .. fmt .. "%s"):format(name, value, note and ("   " .. note) or ""))
 end
 
--- Runs a helper program on this machine (sandbox.host) to completion; returns its stdout.
-local function capture(argv)
-  local r = sandbox.host{}:exec(argv)
-  assert(r.ok, argv[1] .. " failed with exit code " .. tostring(r.exit_code))
-  return r.stdout
-end
-
-local function spawn_loop_median_ms(n, argv)
-  local cmd = {spawn_loop, tostring(n)}
-  for _, a in ipairs(argv) do cmd[#cmd + 1] = a end
-  return tonumber(capture(cmd):match("median_us=([%d.]+)")) / 1000
-end
-
 local BWRAP_PER_COMMAND = {"bwrap", "--unshare-all", "--die-with-parent", "--new-session",
   "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
   "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/sbin", "/sbin",
@@ -289,6 +276,15 @@ local function interleaved_ms(profile)
   return t, ratios
 end
 
+-- Median ms of about n starts of argv by the plain loop alone, in rounds of BATCH.
+local function plain_median_ms(n, argv)
+  local run, stop = batch_server({spawn_loop, "--serve", table.unpack(argv)})
+  local t = {}
+  for _ = 1, math.max(1, n // BATCH) do run(BATCH, t) end
+  stop()
+  return median(t)
+end
+
 local function report_ratio(name, ratios, note)
   table.sort(ratios)
   local n = #ratios
@@ -330,8 +326,8 @@ end
 local load = assert(io.open("/proc/loadavg")):read("l")
 print("load average at start: " .. load:match("^(%S+ %S+ %S+)") .. " (2 cores; figures are noisy above ~1)")
 if PART ~= "exec" then
-  local plain_ms = spawn_loop_median_ms(EXECS, {"/bin/true"})
-  local bwrap_ms = spawn_loop_median_ms(math.max(50, EXECS // 5), BWRAP_PER_COMMAND)
+  local plain_ms = plain_median_ms(EXECS, {"/bin/true"})
+  local bwrap_ms = plain_median_ms(math.max(50, EXECS // 5), BWRAP_PER_COMMAND)
   report("fresh bwrap --unshare-all per command", bwrap_ms, "%.3f ms",
     ("(%.2fx the plain loop's %.3f ms)"):format(bwrap_ms / plain_ms, plain_ms))
 end
