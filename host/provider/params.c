@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base64.h"
+#include "errcodes.h"
 #include "params.h"
 
 bool fail(failure *f, const char *code, const char *fmt, ...) {
@@ -19,19 +20,6 @@ bool fail(failure *f, const char *code, const char *fmt, ...) {
   vsnprintf(f->message, sizeof f->message, fmt, ap);
   va_end(ap);
   return false;
-}
-
-const char *errno_code(int err) {
-  switch (err) {
-    case ENOENT: return "not_found";
-    case EEXIST: case ENOTEMPTY: return "already_exists";
-    case EACCES: case EPERM: case EXDEV: case ELOOP: case EROFS: return "permission_denied";
-    case EISDIR: return "is_a_directory";
-    case ENOTDIR: return "not_a_directory";
-    case EFBIG: case ENOSPC: case EDQUOT: case EMFILE: case ENFILE: case ENOMEM: return "limit_exceeded";
-    case EINVAL: case ENAMETOOLONG: return "invalid_request";
-    default: return "io_error";
-  }
 }
 
 bool fail_errno(failure *f, int err, const char *what, const char *path) {

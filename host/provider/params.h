@@ -22,8 +22,7 @@ bool fail(failure *f, const char *code, const char *fmt, ...)
 /* Fills f from an errno value, naming what and path: "read_file `a/b`: ...". */
 bool fail_errno(failure *f, int err, const char *what, const char *path);
 
-/* The protocol error code for an errno value. */
-const char *errno_code(int err);
+#include "errcodes.h"   /* errno_code: the protocol error code for an errno value */
 
 /*
 ** Field readers. `optional` fields may be absent or null (then *out keeps

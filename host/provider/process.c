@@ -64,30 +64,6 @@ static void update_reading(proc *p);
 static void maybe_finish(proc *p);
 static void flush_started(proc *p);
 
-/* ===== signal names ===== */
-
-static const struct { const char *name; int signo; } signals[] = {
-  {"HUP", SIGHUP}, {"INT", SIGINT}, {"QUIT", SIGQUIT}, {"ILL", SIGILL}, {"TRAP", SIGTRAP},
-  {"ABRT", SIGABRT}, {"BUS", SIGBUS}, {"FPE", SIGFPE}, {"KILL", SIGKILL}, {"USR1", SIGUSR1},
-  {"SEGV", SIGSEGV}, {"USR2", SIGUSR2}, {"PIPE", SIGPIPE}, {"ALRM", SIGALRM}, {"TERM", SIGTERM},
-  {"CHLD", SIGCHLD}, {"CONT", SIGCONT}, {"STOP", SIGSTOP}, {"TSTP", SIGTSTP}, {"TTIN", SIGTTIN},
-  {"TTOU", SIGTTOU}, {"URG", SIGURG}, {"XCPU", SIGXCPU}, {"XFSZ", SIGXFSZ}, {"VTALRM", SIGVTALRM},
-  {"PROF", SIGPROF}, {"WINCH", SIGWINCH}, {"IO", SIGIO}, {"PWR", SIGPWR}, {"SYS", SIGSYS},
-};
-
-int signal_from_name(const char *name) {
-  if (strncmp(name, "SIG", 3) == 0) name += 3;
-  for (size_t i = 0; i < sizeof signals / sizeof signals[0]; i++)
-    if (strcmp(signals[i].name, name) == 0) return signals[i].signo;
-  return 0;
-}
-
-const char *signal_to_name(int signo) {
-  for (size_t i = 0; i < sizeof signals / sizeof signals[0]; i++)
-    if (signals[i].signo == signo) return signals[i].name;
-  return NULL;
-}
-
 /* ===== byte buffers ===== */
 
 static void bytes_append(bytes *b, const char *data, size_t n) {

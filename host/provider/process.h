@@ -77,8 +77,6 @@ void procs_resume_output(void);
 /* Session close: kill every process group of s, answer their requests with errors, forget them. */
 void procs_close_session(struct session *s);
 
-/* Signal names without "SIG": "TERM" <-> SIGTERM. 0 / NULL when unknown. */
-int signal_from_name(const char *name);
-const char *signal_to_name(int signo);
+#include "signames.h"   /* signal_from_name / signal_to_name: "TERM" <-> SIGTERM */
 
 #endif

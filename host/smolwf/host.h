@@ -21,6 +21,7 @@
 #include <uv.h>
 
 #include "linebuf.h"
+#include "signames.h"
 
 typedef struct smol_host {
   uv_loop_t loop;
@@ -49,9 +50,7 @@ void sigint_disarm(smol_host *h);     /* the exit path took over: no more raisin
 void sigint_close(smol_host *h);
 void sigint_open(lua_State *L);       /* core.resume: resumes a task, watched for Ctrl-C */
 
-/* signals.c: "TERM" <-> SIGTERM */
-int signal_from_name(const char *name); /* -1 when unknown; accepts "TERM" and "SIGTERM" */
-const char *signal_to_name(int signo);  /* NULL when unknown */
+/* signames.h (host/common): "TERM" <-> SIGTERM, 0 / NULL when unknown */
 
 /* router.c: reply lines straight to their request's queue (see there) */
 typedef struct reply_router {

@@ -424,7 +424,7 @@ static int check_signal(lua_State *L, int idx) {
   if (lua_type(L, idx) == LUA_TNUMBER) return (int)luaL_checkinteger(L, idx);
   const char *name = luaL_optstring(L, idx, "TERM");
   int signo = signal_from_name(name);
-  if (signo < 0) return luaL_argerror(L, idx, lua_pushfstring(L, "unknown signal '%s'", name));
+  if (signo == 0) return luaL_argerror(L, idx, lua_pushfstring(L, "unknown signal '%s'", name));
   return signo;
 }
 

@@ -1,9 +1,7 @@
-/*
-** Signal names as the protocol writes them: without "SIG" ("TERM", "KILL").
-*/
-#include "host.h"
+#include "signames.h"
 
 #include <signal.h>
+#include <stddef.h>
 #include <string.h>
 
 static const struct { const char *name; int signo; } signal_names[] = {
@@ -14,16 +12,16 @@ static const struct { const char *name; int signo; } signal_names[] = {
   {"CONT", SIGCONT}, {"STOP", SIGSTOP}, {"TSTP", SIGTSTP}, {"TTIN", SIGTTIN},
   {"TTOU", SIGTTOU}, {"URG", SIGURG},   {"XCPU", SIGXCPU}, {"XFSZ", SIGXFSZ},
   {"VTALRM", SIGVTALRM}, {"PROF", SIGPROF}, {"WINCH", SIGWINCH},
-  {"IO", SIGIO},     {"SYS", SIGSYS},
+  {"IO", SIGIO},     {"PWR", SIGPWR},   {"SYS", SIGSYS},
 };
 
-#define N_SIGNALS (sizeof(signal_names) / sizeof(signal_names[0]))
+#define N_SIGNALS (sizeof signal_names / sizeof signal_names[0])
 
 int signal_from_name(const char *name) {
   if (strncmp(name, "SIG", 3) == 0) name += 3;
   for (size_t i = 0; i < N_SIGNALS; i++)
     if (strcmp(signal_names[i].name, name) == 0) return signal_names[i].signo;
-  return -1;
+  return 0;
 }
 
 const char *signal_to_name(int signo) {
