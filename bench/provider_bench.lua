@@ -19,7 +19,7 @@ taken from SPAWN_LOOP's directory. Side by side in one run it prints:
   - MB/s of stdout payload streamed through events, and the provider's
     peak RSS (VmHWM) after streaming STREAM_BYTES (default 1 GiB).
 The other figures use the conformance kit's raw connection
-(smol.conformance.wire), which is simpler but costs more per call (two
+(smol.provider.conformance.wire), which is simpler but costs more per call (two
 timers per request): it does not bound them. PART is
 "exec" (only the exec comparison), or "all" (the default).
 bench/provider_bench.sh runs the exec comparison pinned to one CPU too:
@@ -29,7 +29,7 @@ switches only, while unpinned a wake-up of the other, idle, vCPU (tens of
 client) far more than the work they carry.
 ]]
 local core = require "smol.core"
-local wire = require "smol.conformance.wire"
+local wire = require "smol.provider.conformance.wire"
 local sandbox = require "smol.sandbox"
 
 local provider = assert(arg[1], "usage: provider_bench.lua PROVIDER SPAWN_LOOP [EXECS] [STREAM_BYTES]")
@@ -54,7 +54,7 @@ local function open_session(conn, profile)
   local req = conn:call("open", {metadata = {request_id = "bench", sandbox_group_id = "bench"},
     profile = {provider = prov, name = name}, workspace_sync = {host_path = null}, cwd = null})
   assert(req.result and req.result.id, "open " .. profile .. " failed: " ..
-    require("smol.conformance.expect").reply(req))
+    require("smol.provider.conformance.expect").reply(req))
   return req.result
 end
 
@@ -306,7 +306,7 @@ local function bench_profile(profile)
   local conn = assert(wire.start({provider, "serve"}))
   local session = open_session(conn, profile)
   report("  exec /bin/true, the kit's raw client", sequential_ms(conn, session, EXECS // 2), "%.3f ms",
-    "(smol.conformance.wire: same provider, a costlier client)")
+    "(smol.provider.conformance.wire: same provider, a costlier client)")
   report("  request round trip without a process", protocol_ms(conn, EXECS), "%.3f ms",
     "(describe: the protocol's share of the line above)")
   local rate, busy = in_flight(conn, session, EXECS, 16)

@@ -4,7 +4,7 @@ directory on this machine (no isolation, like the bundled provider's
 local/default profile), commands run there as ordinary processes.
 
 Run it with:   smolwf provider serve scripts/lua_provider.lua
-Use it with:   local server = require "smol.provider_server"
+Use it with:   local server = require "smol.provider.server"
                local sb = sandbox.open{program = server.program("scripts/lua_provider.lua")}
 
 The file returns a table of methods; `smolwf provider serve` does the rest
@@ -21,7 +21,7 @@ the bundled provider uses openat2 with RESOLVE_BENEATH instead).
 local core = require "smol.core"
 local task = require "smol.task"
 local lfs = require "lfs"
-local server = require "smol.provider_server"
+local server = require "smol.provider.server"
 
 local sessions = {}     -- id -> {id, root, workspace, tmp, cwd, processes = {proc = true}}
 local counter = 0

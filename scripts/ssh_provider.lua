@@ -5,7 +5,7 @@ streaming the remote events back.
 
   smolwf provider serve scripts/ssh_provider.lua DESTINATION [--remote=CMD] [SSH OPTIONS...]
 
-  local server = require "smol.provider_server"
+  local server = require "smol.provider.server"
   local sb = sandbox.open{
     program = server.program("scripts/ssh_provider.lua", "build-box",
                              "--remote=/usr/local/bin/smolwf-provider", "-p", "2222"),
@@ -24,7 +24,7 @@ pending requests fail with `io_error` naming the destination, and the next
 request connects again.
 ]]
 local jsonl = require "smol.jsonl"
-local server = require "smol.provider_server"
+local server = require "smol.provider.server"
 
 local function parse_args(...)
   local args = {...}

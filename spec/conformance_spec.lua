@@ -1,11 +1,11 @@
--- The provider conformance kit (smol.conformance, `smolwf provider-check`):
+-- The provider conformance kit (smol.provider.conformance, `smolwf provider-check`):
 -- the bundled provider passes all of it under local/default and
 -- bwrap/default, and a deliberately naive provider (spec/fixtures/
 -- naive_provider.lua) fails exactly where it is broken.
-local conformance = require "smol.conformance"
+local conformance = require "smol.provider.conformance"
 local core = require "smol.core"
-local wire = require "smol.conformance.wire"
-local hostside = require "smol.conformance.hostside"
+local wire = require "smol.provider.conformance.wire"
+local hostside = require "smol.provider.conformance.hostside"
 
 local SPEC_DIR = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "spec"
 local NAIVE = SPEC_DIR .. "/fixtures/naive_provider.lua"
@@ -56,7 +56,7 @@ local function unsupported(profile)
     cwd = wire.null})
   conn:stop()
   if req.result then return nil end
-  return require("smol.conformance.expect").reply(req)
+  return require("smol.provider.conformance.expect").reply(req)
 end
 
 local function bundled_passes(profile)
@@ -93,7 +93,7 @@ local function bundled_passes(profile)
   end)
 end
 
-describe("smol.conformance", function()
+describe("smol.provider.conformance", function()
   bundled_passes("local/default")
   bundled_passes("bwrap/default")
 

@@ -154,7 +154,7 @@ describe("smol.jsonl", function()
   end)
 
   it("lets a recording and another observer watch the same lines", function()
-    local record = require "smol.record"
+    local record = require "smol.recording.record"
     local path = ws .. "/rec.jsonl"
     local seen = 0
     jsonl.observe(function() seen = seen + 1 end)

@@ -1,9 +1,9 @@
--- smol.provider_server and `smolwf provider serve`: a provider written in
+-- smol.provider.server and `smolwf provider serve`: a provider written in
 -- Lua, run as a real process and spoken to in raw JSON Lines.
 local cjson = require "cjson"
 local core = require "smol.core"
 local sandbox = require "smol.sandbox"
-local server = require "smol.provider_server"
+local server = require "smol.provider.server"
 local raw = require "spec.fixtures.testing_raw"
 
 local PROBE = "spec/fixtures/lua_provider_probe.lua"
@@ -25,7 +25,7 @@ local function stop(p)
   assert.same(0, (p:wait_exit()))
 end
 
-describe("provider_server framing and ids", function()
+describe("provider.server framing and ids", function()
   local p
   before_each(function() p = start() end)
   after_each(function() if p then stop(p) end end)
@@ -90,7 +90,7 @@ describe("provider_server framing and ids", function()
   end)
 end)
 
-describe("provider_server validation", function()
+describe("provider.server validation", function()
   local p
   before_each(function() p = start(); open_session(p) end)
   after_each(function() if p then stop(p) end end)
@@ -158,7 +158,7 @@ describe("provider_server validation", function()
   end)
 end)
 
-describe("provider_server concurrency and shutdown", function()
+describe("provider.server concurrency and shutdown", function()
   it("runs each request in its own task: a blocked request does not delay others", function()
     local p = start()
     p:request(1, "block", {gate = "a"})
@@ -281,7 +281,7 @@ end)
 
 describe("the example provider scripts/lua_provider.lua", function()
   it("passes the provider conformance kit (part 1; it announces no extension)", function()
-    local conformance = require "smol.conformance"
+    local conformance = require "smol.provider.conformance"
     local program = server.program("scripts/lua_provider.lua")
     finally(function() server.remove_programs(program) end)
     local failures = {}

@@ -1,12 +1,12 @@
--- smol.record / smol.replay: record a real workflow run on the bundled
+-- smol.recording.record / smol.recording.replay: record a real workflow run on the bundled
 -- provider, replay it to the same report without running anything.
 local cjson = require "cjson"
 local core = require "smol.core"
 local lfs = require "lfs"
 local jsonl = require "smol.jsonl"
 local sandbox = require "smol.sandbox"
-local record = require "smol.record"
-local replay = require "smol.replay"
+local record = require "smol.recording.record"
+local replay = require "smol.recording.replay"
 local testing = require "smol.testing"
 local wf = require "smol.workflow"
 
@@ -168,7 +168,7 @@ describe("the replay provider on its own", function()
     local again = sandbox.open{program = program, profile = "local/default", workspace = dir}
     finally(function()
       sandbox.shutdown(program)
-      require("smol.provider_server").remove_programs(program)
+      require("smol.provider.server").remove_programs(program)
     end)
     assert.same(sb.id, again.id)
     again:write_file("a.bin", "\0\1\255")
@@ -202,7 +202,7 @@ describe("the replay provider on its own", function()
       local program = replay.program(file)
       local replayed, replayed_events = run_crash(program, case.argv)
       sandbox.shutdown(program)
-      require("smol.provider_server").remove_programs(program)
+      require("smol.provider.server").remove_programs(program)
       for _, e in ipairs{recorded, replayed} do
         assert.equal("provider_exited", e.code, tostring(e))
         assert.matches(case.says, e.message)

@@ -7,7 +7,7 @@ local lfs = require "lfs"
 local fs = require "smol.fs"
 local task = require "smol.task"
 local sandbox = require "smol.sandbox"
-local server = require "smol.provider_server"
+local server = require "smol.provider.server"
 local testing = require "smol.testing"
 
 local SSHD = "/usr/sbin/sshd"

@@ -18,14 +18,14 @@
 -- testing.golden(name, text)  compares with spec/golden/NAME (smol.testing.golden)
 -- testing.run_workflow(def_or_file, opts) -> run table (the report's data)
 -- testing.report_file(run, relative_path) -> content of a report file
--- testing.fake_provider{...}  canned behaviours (smol.testing.fake_provider)
+-- testing.fake_provider{...}  canned behaviours (smol.provider.fake)
 -- testing.remove_tree(path)   rm -r without following symlinks (smol.fs.remove_tree)
 -- See README.md ("Testing with smol-workflow") for the user's guide.
 local lfs = require "lfs"
 local fs = require "smol.fs"
 local assertions = require "smol.testing.assertions"
 local golden = require "smol.testing.golden"
-local fake_provider = require "smol.testing.fake_provider"
+local fake_provider = require "smol.provider.fake"
 
 local testing = {assertions = assertions, golden_files = golden}
 

@@ -1,6 +1,6 @@
 -- `smolwf provider serve FILE.lua [ARGS...]`: hosts a provider written in Lua.
 -- FILE.lua is run with ARGS as `...` and returns its table of methods; see
--- smol.provider_server for what the host does around them and
+-- smol.provider.server for what the host does around them and
 -- scripts/lua_provider.lua for a complete example.
 local M = {}
 
@@ -55,7 +55,7 @@ local function serve(args)
   if file:sub(1, 1) == "-" then return usage_error(("unknown option '%s'"):format(file)) end
   local methods, err = M.load_methods(file, table.pack(table.unpack(args, 2)))
   if not methods then return fail(err) end
-  local ok, perr = pcall(require("smol.provider_server").serve, methods)
+  local ok, perr = pcall(require("smol.provider.server").serve, methods)
   if not ok then io.stderr:write("smolwf provider: ", tostring(perr), "\n"); return 1 end
   return 0
 end

@@ -1,5 +1,5 @@
 -- `smolwf provider-check [OPTIONS] [-- PROGRAM [ARGS...]]`: runs the
--- provider conformance suite (smol.conformance) against a provider
+-- provider conformance suite (smol.provider.conformance) against a provider
 -- executable and prints one line per check, then "N passed, M failed".
 local M = {}
 
@@ -130,7 +130,7 @@ function M.main(args)
   local opts = M.parse(args)
   if not opts then return 2 end
   if opts.help then io.stdout:write(M.USAGE); return 0 end
-  local conformance = require "smol.conformance"
+  local conformance = require "smol.provider.conformance"
   if opts.list then return list_groups(conformance) end
   local ok, bad = known_groups(conformance, opts.groups)
   if not ok then usage_error("unknown group `" .. bad .. "` (see --list)"); return 2 end

@@ -252,11 +252,11 @@ end
 -- setup error: one line naming the file.
 local function start_recording(opts)
   if opts.replay then
-    local ok, err = pcall(require("smol.replay").install, opts.replay)
+    local ok, err = pcall(require("smol.recording.replay").install, opts.replay)
     if not ok then setup_error("--replay %s: %s", opts.replay, tostring(err)) end
   end
   if opts.record then
-    local ok, rec = pcall(require("smol.record").start, opts.record)
+    local ok, rec = pcall(require("smol.recording.record").start, opts.record)
     if not ok then setup_error("--record %s: %s", opts.record, tostring(rec)) end
     return rec
   end

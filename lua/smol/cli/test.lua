@@ -106,8 +106,8 @@ end
 
 local function start(opts)
   if opts.update_golden then require("smol.testing.golden").update = true end
-  if opts.replay then require("smol.replay").install(opts.replay) end
-  if opts.record then return require("smol.record").start(opts.record) end
+  if opts.replay then require("smol.recording.replay").install(opts.replay) end
+  if opts.record then return require("smol.recording.record").start(opts.record) end
 end
 
 -- busted reads the global `arg`, and exits the process itself when a test

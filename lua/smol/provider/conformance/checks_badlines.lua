@@ -1,8 +1,8 @@
 -- Conformance checks: lines that are not valid requests get an error reply
 -- (id null when the id cannot be read) and the provider keeps serving.
-local expect = require "smol.conformance.expect"
-local events = require "smol.conformance.events"
-local wire = require "smol.conformance.wire"
+local expect = require "smol.provider.conformance.expect"
+local event_rules = require "smol.provider.conformance.event_rules"
+local wire = require "smol.provider.conformance.wire"
 
 local json = wire.json
 
@@ -91,13 +91,13 @@ local function unknown_fields(ctx)
     method = "read_file", future = {x = 1},
     params = {session = ctx.session, path = "seed.txt", future_option = true}}))
   ctx.conn:wait(req)
-  local got = expect.is_result(req) and events.field(req.result, "content")
+  local got = expect.is_result(req) and event_rules.field(req.result, "content")
   return expect.equal(ctx.env.ws_files["seed.txt"], got or expect.reply(req), "content")
 end
 
 local function keeps_serving(ctx)
   local req = ctx:exec({"echo", "still here"})
-  local out = expect.is_result(req) and events.field(req.result, "stdout")
+  local out = expect.is_result(req) and event_rules.field(req.result, "stdout")
   return out == "still here\n" and not ctx.conn.exited,
     'exec of echo answers "still here\\n"; the provider runs',
     expect.reply(req) .. "; provider " .. ctx.conn:exit_status()

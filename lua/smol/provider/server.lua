@@ -18,7 +18,7 @@ local cjson = require "cjson"
 local task = require "smol.task"
 local core = require "smol.core"
 local fs = require "smol.fs"
-local schema = require "smol.provider_server.schema"
+local schema = require "smol.provider.schema"
 
 local M = {}
 
@@ -44,7 +44,7 @@ Request.__index = Request
 -- is called once, after `shutdown` was answered or end-of-input was handled.
 function M.new(methods, opts)
   if type(methods) ~= "table" then
-    error("bad argument #1 to 'provider_server.new' (a table of methods expected, got "
+    error("bad argument #1 to 'server.new' (a table of methods expected, got "
       .. type(methods) .. ")", 2)
   end
   for name, fn in pairs(methods) do

@@ -1,8 +1,8 @@
 -- Conformance checks: sessions (open, close, workspace_sync) and request ids.
 local cjson = require "cjson"
-local expect = require "smol.conformance.expect"
-local events = require "smol.conformance.events"
-local hostside = require "smol.conformance.hostside"
+local expect = require "smol.provider.conformance.expect"
+local event_rules = require "smol.provider.conformance.event_rules"
+local hostside = require "smol.provider.conformance.hostside"
 
 local null = cjson.null
 
@@ -10,7 +10,7 @@ local null = cjson.null
 local function read(ctx, path, session)
   local req = ctx:op("read_file", {session = session, path = path})
   if not expect.is_result(req) then return nil, expect.reply(req) end
-  local data, err = events.field(req.result, "content")
+  local data, err = event_rules.field(req.result, "content")
   if not data then return nil, err end
   return data
 end
@@ -90,8 +90,8 @@ local function ids_keep_their_type(ctx)
   local s = ctx:send_op("read_file", {path = "id-str.txt"}, {id = "4242"})
   ctx.conn:wait(n)
   ctx.conn:wait(s)
-  local got_n = expect.is_result(n) and events.field(n.result, "content")
-  local got_s = expect.is_result(s) and events.field(s.result, "content")
+  local got_n = expect.is_result(n) and event_rules.field(n.result, "content")
+  local got_s = expect.is_result(s) and event_rules.field(s.result, "content")
   return got_n == "int" and got_s == "str",
     'id 4242 reads "int", id "4242" reads "str"',
     "id 4242: " .. expect.reply(n) .. ", id \"4242\": " .. expect.reply(s)

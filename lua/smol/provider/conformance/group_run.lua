@@ -10,27 +10,27 @@ A check's fn(ctx) returns ok, expected, got (see expect.lua), or "skip" and
 a reason; an error it raises is a failure whose `got` is the error message.
 ]]
 local cjson = require "cjson"
-local wire = require "smol.conformance.wire"
-local expect = require "smol.conformance.expect"
+local wire = require "smol.provider.conformance.wire"
+local expect = require "smol.provider.conformance.expect"
 
-local context = {}
-context.__index = context
+local group_run = {}
+group_run.__index = group_run
 
 local null = cjson.null
 local TEARDOWN_TIMEOUT = 2   -- seconds for each close and for the provider to exit
 local STUCK_GRACE = 1        -- seconds a provider that already failed to answer gets to exit
 
 -- The variable set in the provider's environment that commands must not see.
-context.LEAK_NAME = "SMOLWF_CONFORMANCE_LEAK"
+group_run.LEAK_NAME = "SMOLWF_CONFORMANCE_LEAK"
 
-function context:leak_value()
+function group_run:leak_value()
   return "leak-" .. self.env.token
 end
 
 -- Starts another provider process for this group; stopped at teardown.
-function context:start_provider()
+function group_run:start_provider()
   local conn, err = wire.start(self.env.argv, {
-    env_extra = {[context.LEAK_NAME] = self:leak_value()},
+    env_extra = {[group_run.LEAK_NAME] = self:leak_value()},
     stderr_sink = self.env.stderr_sink,
   })
   if not conn then error(err, 0) end
@@ -38,7 +38,7 @@ function context:start_provider()
   return conn
 end
 
-function context:open_params(extra)
+function group_run:open_params(extra)
   self.env.opens = (self.env.opens or 0) + 1
   local params = {
     metadata = {request_id = "conformance-open-" .. self.env.opens,
@@ -56,7 +56,7 @@ Opens a session on conn (default: the group's) and tracks it so teardown
 closes it. Returns the request record and the session (nil on failure).
 timeout: seconds to wait for the reply (default: the connection's).
 ]]
-function context:open_session(extra, conn, timeout)
+function group_run:open_session(extra, conn, timeout)
   conn = conn or self.conn
   local req = conn:call("open", self:open_params(extra), {timeout = timeout})
   local s = req.result
@@ -66,7 +66,7 @@ function context:open_session(extra, conn, timeout)
 end
 
 -- Teardown will not close this session (a check closes it its own way).
-function context:forget_session(session)
+function group_run:forget_session(session)
   for _, entry in ipairs(self.sessions) do
     if entry.session == session then entry.closed = true end
   end
@@ -75,7 +75,7 @@ end
 -- Closes a session opened by open_session; returns the request record.
 -- wrapped: send {session = SESSION} instead of the session itself;
 -- timeout: seconds to wait for the reply (default: the connection's).
-function context:close_session(session, conn, wrapped, timeout)
+function group_run:close_session(session, conn, wrapped, timeout)
   self:forget_session(session)
   return (conn or self.conn):call("close", wrapped and {session = session} or session,
     {timeout = timeout})
@@ -88,31 +88,31 @@ local function with_session(self, params)
 end
 
 -- A request on the group's session, awaited (opts.timeout in seconds).
-function context:op(method, params, opts)
+function group_run:op(method, params, opts)
   return self.conn:call(method, with_session(self, params), opts)
 end
 
 -- The same, not awaited: returns the record at once.
-function context:send_op(method, params, opts)
+function group_run:send_op(method, params, opts)
   return self.conn:send(method, with_session(self, params), opts)
 end
 
-function context:exec_params(argv, extra)
+function group_run:exec_params(argv, extra)
   local params = {argv = argv, cwd = null, env = null, stdin_base64 = null}
   for k, v in pairs(extra or {}) do params[k] = v end
   return params
 end
 
 -- exec of argv on the group's session; extra adds or replaces params.
-function context:exec(argv, extra, timeout)
+function group_run:exec(argv, extra, timeout)
   return self:op("exec", self:exec_params(argv, extra), {timeout = timeout})
 end
 
-function context:caps()
+function group_run:caps()
   return self.session and self.session.capabilities or {}
 end
 
-function context:has(cap)
+function group_run:has(cap)
   local caps = self:caps()
   return type(caps) == "table" and caps[cap] ~= nil and caps[cap] ~= false and caps[cap] ~= null
 end
@@ -231,8 +231,8 @@ a session, and sets env.no_session (why) and env.serving (the provider
 answered, with an error: checks that need no session still run; a provider
 that exited or never answered gets none).
 ]]
-function context.preflight(env, timeout)
-  local self = setmetatable({env = env, group = {name = "session"}, conns = {}, sessions = {}}, context)
+function group_run.preflight(env, timeout)
+  local self = setmetatable({env = env, group = {name = "session"}, conns = {}, sessions = {}}, group_run)
   self.conn = self:start_provider()
   local req, session = self:open_session(nil, nil, timeout)
   -- read before teardown: stopping a provider that never answered fails the request
@@ -247,8 +247,8 @@ function context.preflight(env, timeout)
 end
 
 -- Runs every check of group against fresh provider(s); emit(result) per check.
-function context.run_group(env, group, emit)
-  local self = setmetatable({env = env, group = group, conns = {}, sessions = {}}, context)
+function group_run.run_group(env, group, emit)
+  local self = setmetatable({env = env, group = group, conns = {}, sessions = {}}, group_run)
   local ok, err = pcall(setup, self)
   if not ok then self.setup_error = tostring(err) else self.setup_error = err end
   for _, check in ipairs(group.checks) do
@@ -261,4 +261,4 @@ function context.run_group(env, group, emit)
   if #self.conns > 0 then emit(protocol_result(self)) end
 end
 
-return context
+return group_run

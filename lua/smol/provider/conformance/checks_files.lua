@@ -1,8 +1,8 @@
 -- Conformance checks: file operations, and paths that try to leave the sandbox.
 local core = require "smol.core"
-local expect = require "smol.conformance.expect"
-local events = require "smol.conformance.events"
-local hostside = require "smol.conformance.hostside"
+local expect = require "smol.provider.conformance.expect"
+local event_rules = require "smol.provider.conformance.event_rules"
+local hostside = require "smol.provider.conformance.hostside"
 
 local b64 = core.b64encode
 
@@ -14,7 +14,7 @@ end
 local function read(ctx, path)
   local req = ctx:op("read_file", {path = path})
   if not expect.is_result(req) then return nil, expect.reply(req) end
-  return events.field(req.result, "content")
+  return event_rules.field(req.result, "content")
 end
 
 -- Writes then reads back: ok, expected, got.
@@ -85,7 +85,7 @@ local function temp_dir(ctx)
   local ok, exp, got = round_trip(ctx, path .. "/t.txt", "in temp\n")
   if not ok then return ok, exp, got end
   local cat = ctx:exec({"cat", path .. "/t.txt"})
-  return expect.equal("in temp\n", events.field(cat.result, "stdout") or expect.reply(cat),
+  return expect.equal("in temp\n", event_rules.field(cat.result, "stdout") or expect.reply(cat),
     "a command's cat of it")
 end
 

@@ -13,7 +13,7 @@
 --   local sb = sandbox.open{program = fp.program}
 --
 -- A behaviour is a function (params, req) -> result, run as a method of a
--- Lua provider (see smol.provider_server), or a table with any of:
+-- Lua provider (see smol.provider.server), or a table with any of:
 --   stderr  a line written to the provider's stderr first
 --   events  events sent in order (`data`, `stdout`... are sent as base64)
 --   delay   seconds to wait after the events
@@ -30,7 +30,7 @@
 -- functions are copied there: their upvalues are copied by value as they are
 -- when fake_provider is called, and modules are required again there.
 local fs = require "smol.fs"
-local serialize = require "smol.testing.serialize"
+local serialize = require "smol.provider.serialize"
 
 local M = {}
 
@@ -72,7 +72,7 @@ Fake.__index = Fake
 function Fake:cleanup()
   if self.removed then return end
   self.removed = true
-  require("smol.provider_server").remove_programs(self.program)
+  require("smol.provider.server").remove_programs(self.program)
   os.remove(self.script)
   os.remove(self.dir)
 end
@@ -94,8 +94,8 @@ function M.new(spec)
   local source = serialize.to_source(spec, "fake_provider")
   local dir = fs.temp_dir("smolwf-fake")
   local fake = setmetatable({dir = dir, script = dir .. "/fake.lua"}, Fake)
-  fs.write_file(fake.script, ("return require('smol.testing.fake_provider').methods(%q)\n"):format(source))
-  fake.program = require("smol.provider_server").program(fake.script)
+  fs.write_file(fake.script, ("return require('smol.provider.fake').methods(%q)\n"):format(source))
+  fake.program = require("smol.provider.server").program(fake.script)
   all[fake] = true
   cleanup_at_exit()
   return fake
@@ -105,7 +105,7 @@ end
 
 local function perform(b, params, req)
   local task = require "smol.task"
-  local server = require "smol.provider_server"
+  local server = require "smol.provider.server"
   if b.stderr then io.stderr:write(b.stderr, "\n") end
   for _, ev in ipairs(b.events or {}) do req:event(ev) end
   if b.delay then task.sleep(b.delay) end
@@ -145,7 +145,7 @@ local function default_methods(spec)
   }
 end
 
---- The methods table for provider_server, from the serialized spec.
+--- The methods table for smol.provider.server, from the serialized spec.
 function M.methods(source)
   local spec = serialize.load(source, "=fake_provider", _ENV)
   local methods = default_methods(spec)

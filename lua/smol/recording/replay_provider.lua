@@ -1,12 +1,12 @@
 -- The replay provider, as a Lua provider file:
---   smolwf provider serve lua/smol/replay/provider.lua RECORDING [--ignore=FIELD]... [--program=P]
+--   smolwf provider serve lua/smol/recording/replay_provider.lua RECORDING [--ignore=FIELD]... [--program=P]
 -- (replay.program(RECORDING) makes the wrapper that sandbox.open needs).
 -- --program=P prefers the exchanges recorded with provider program P.
-local replay = require "smol.replay"
+local replay = require "smol.recording.replay"
 
 local args = {...}
 local path = args[1]
-if not path then error("usage: smolwf provider serve replay/provider.lua RECORDING [--ignore=FIELD]...", 0) end
+if not path then error("usage: smolwf provider serve lua/smol/recording/replay_provider.lua RECORDING [--ignore=FIELD]...", 0) end
 local opts = {ignore = {}}
 for i = 2, #args do
   local ignore = args[i]:match("^%-%-ignore=(.+)$")

@@ -1,6 +1,6 @@
 -- Recording of every line exchanged with every provider (for `--record FILE`).
 --
---   local rec = require("smol.record").start("run.jsonl")
+--   local rec = require("smol.recording.record").start("run.jsonl")
 --   ... run sessions, workflows ...
 --   rec:stop()            -- optional: entries are flushed line by line
 --
@@ -15,7 +15,7 @@
 -- the monotonic seconds since the recording started (to the microsecond).
 -- A provider's exit adds {"dir":"exit","program":P,"conn":C,"status":N},
 -- with "signal":"KILL" (say) when a signal ended it, and "crash":true when
--- it ended on its own (see jsonl.observe): smol.replay replays the
+-- it ended on its own (see jsonl.observe): smol.recording.replay replays the
 -- requests a crash left unanswered as the same crash.
 local cjson = require "cjson"
 local core = require "smol.core"

@@ -1,4 +1,4 @@
--- Replay of a recording made by smol.record: a provider that answers every
+-- Replay of a recording made by smol.recording.record: a provider that answers every
 -- request with the events and the result (or error) recorded for the same
 -- request, without running anything.
 --
@@ -16,7 +16,7 @@
 -- replay provider exits the same way (status, or the same signal).
 local cjson = require "cjson"
 local lfs = require "lfs"
-local canonical = require "smol.replay.canonical"
+local canonical = require "smol.recording.canonical"
 
 local M = {}
 
@@ -135,7 +135,7 @@ end
 -- Ends the replay provider as the recorded one ended, once the replies
 -- written so far have left: killed by the same signal, or with its status.
 local function crash(how)
-  require("smol.provider_server").flush()
+  require("smol.provider.server").flush()
   if how.signal and tostring(how.signal):match("^%u+$") then
     os.execute(("kill -s %s %s"):format(how.signal, own_pid()))
   end
@@ -144,7 +144,7 @@ end
 
 -- Sends the recorded replies of `ex` for the current request (a crash: see crash).
 local function answer(ex, req)
-  local server = require "smol.provider_server"
+  local server = require "smol.provider.server"
   for _, msg in ipairs(ex.replies) do
     if msg.event ~= nil then
       req:event(msg.event)
@@ -158,10 +158,10 @@ local function answer(ex, req)
   if ex.crash then crash(ex.crash) end
 end
 
---- The methods of the replay provider (for smol.provider_server).
+--- The methods of the replay provider (for smol.provider.server).
 function M.methods(path, opts)
   local rec = M.load(path, opts)
-  local server = require "smol.provider_server"
+  local server = require "smol.provider.server"
   local function handle(_, req)
     local params = req.raw
     local ex = M.find(rec, req.method, params)
@@ -182,13 +182,13 @@ end
 
 --- A provider program (for sandbox.open{program = ...}) that replays `path`.
 function M.program(path, opts)
-  local file = package.searchpath("smol.replay.provider", package.path)
-  if not file then error("replay: cannot find the module smol.replay.provider", 2) end
+  local file = package.searchpath("smol.recording.replay_provider", package.path)
+  if not file then error("replay: cannot find the module smol.recording.replay_provider", 2) end
   opts = opts or {}
   local args = {absolute(path)}
   for _, field in ipairs(opts.ignore or {}) do args[#args + 1] = "--ignore=" .. field end
   if opts.program then args[#args + 1] = "--program=" .. opts.program end
-  return require("smol.provider_server").program(file, table.unpack(args))
+  return require("smol.provider.server").program(file, table.unpack(args))
 end
 
 --- Makes every provider this process starts (sandbox.open with any
@@ -208,7 +208,7 @@ function M.install(path, opts)
   end
   return {uninstall = function()
     jsonl.start = original
-    local server = require "smol.provider_server"
+    local server = require "smol.provider.server"
     for _, program in pairs(programs) do server.remove_programs(program) end
   end}
 end

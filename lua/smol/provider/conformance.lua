@@ -3,7 +3,7 @@ The provider conformance kit, as a library: runs the protocol conformance
 suite (../shared/PROTOCOL.md) against any provider executable and reports
 one result per check. `smolwf provider-check` prints it; specs assert it.
 
-  local conformance = require "smol.conformance"
+  local conformance = require "smol.provider.conformance"
   local report = conformance.run{
     program = "/path/to/provider",  -- started as PROGRAM ARGS... serve
     args = {},                      -- extra arguments before "serve"
@@ -29,9 +29,9 @@ open_timeout, the provider exiting) the report has one failure for open
 with the provider's reply, and every check that needs a session is skipped
 with `blocked = true` instead of failing one by one for the same cause.
 ]]
-local wire = require "smol.conformance.wire"
-local hostside = require "smol.conformance.hostside"
-local context = require "smol.conformance.context"
+local wire = require "smol.provider.conformance.wire"
+local hostside = require "smol.provider.conformance.hostside"
+local group_run = require "smol.provider.conformance.group_run"
 
 local conformance = {}
 
@@ -40,12 +40,12 @@ conformance.OPEN_TIMEOUT = 10
 
 -- Group lists, in the order they run.
 local GROUP_MODULES = {
-  "smol.conformance.checks_session",
-  "smol.conformance.checks_files",
-  "smol.conformance.checks_exec",
-  "smol.conformance.checks_lifecycle",
-  "smol.conformance.checks_badlines",
-  "smol.conformance.checks_extensions",
+  "smol.provider.conformance.checks_session",
+  "smol.provider.conformance.checks_files",
+  "smol.provider.conformance.checks_exec",
+  "smol.provider.conformance.checks_lifecycle",
+  "smol.provider.conformance.checks_badlines",
+  "smol.provider.conformance.checks_extensions",
 }
 
 function conformance.groups()
@@ -115,11 +115,11 @@ function conformance.run(opts)
     token = hostside.token(), stderr_sink = opts.stderr_sink,
   }
   local ok, err = pcall(function()
-    local open_failed = context.preflight(env, opts.open_timeout or conformance.OPEN_TIMEOUT)
+    local open_failed = group_run.preflight(env, opts.open_timeout or conformance.OPEN_TIMEOUT)
     if open_failed then record(report, opts, open_failed) end
     for _, group in ipairs(conformance.groups()) do
       if selected(opts, group) then
-        context.run_group(env, group, function(r) record(report, opts, r) end)
+        group_run.run_group(env, group, function(r) record(report, opts, r) end)
       end
     end
   end)

@@ -1,22 +1,22 @@
 -- Conformance checks: exec and spawn (part 1), binary fidelity, concurrency.
 local core = require "smol.core"
-local expect = require "smol.conformance.expect"
-local events = require "smol.conformance.events"
-local hostside = require "smol.conformance.hostside"
-local context = require "smol.conformance.context"
-local wire = require "smol.conformance.wire"
+local expect = require "smol.provider.conformance.expect"
+local event_rules = require "smol.provider.conformance.event_rules"
+local hostside = require "smol.provider.conformance.hostside"
+local group_run = require "smol.provider.conformance.group_run"
+local wire = require "smol.provider.conformance.wire"
 
 local b64 = core.b64encode
 
 local function stdout_of(req)
   if not expect.is_result(req) then return nil, expect.reply(req) end
-  return events.field(req.result, "stdout")
+  return event_rules.field(req.result, "stdout")
 end
 
 -- ok when req is an exec result with `exit_code` whose events follow the rules.
 local function exec_shape(req, exit_code)
   if not expect.is_result(req) then return false, expect.reply(req) end
-  local problem = events.exec_problem(req) or events.output_problem(req)
+  local problem = event_rules.exec_problem(req) or event_rules.output_problem(req)
   if problem then return false, problem end
   if exit_code and req.result.exit_code ~= exit_code then
     return false, "exit_code " .. expect.show(req.result.exit_code)
@@ -27,7 +27,7 @@ end
 local function exec_basic(ctx)
   local req = ctx:exec({"sh", "-c", "printf out; printf err >&2; exit 3"})
   local ok, problem = exec_shape(req, 3)
-  local out, err = events.field(req.result, "stdout"), events.field(req.result, "stderr")
+  local out, err = event_rules.field(req.result, "stdout"), event_rules.field(req.result, "stderr")
   ok = ok and out == "out" and err == "err"
   return ok, 'exit_code 3, stdout "out", stderr "err"', problem or expect.reply(req)
 end
@@ -36,7 +36,7 @@ local function event_order(ctx)
   local req = ctx:exec({"sh", "-c", "echo o1; echo e1 >&2; echo o2; echo e2 >&2"})
   local ok, problem = exec_shape(req, 0)
   return ok, "started, stdout/stderr..., exited, result; output equal in both",
-    problem or ("events [" .. events.types_of(req) .. "]")
+    problem or ("events [" .. event_rules.types_of(req) .. "]")
 end
 
 -- The first chunk must arrive while the command still runs, not at its end.
@@ -71,7 +71,7 @@ local function stdin_to_file(ctx)
   local req = ctx:exec({"sh", "-c", "cat > from-stdin.bin"}, {stdin_base64 = b64(data)})
   if not exec_shape(req, 0) then return false, "exit_code 0", expect.reply(req) end
   local r = ctx:op("read_file", {path = "from-stdin.bin"})
-  local got = expect.is_result(r) and events.field(r.result, "content")
+  local got = expect.is_result(r) and event_rules.field(r.result, "content")
   return expect.equal(data, got or expect.reply(r), "file")
 end
 
@@ -90,7 +90,7 @@ local function big_output(ctx)
   ctx:op("write_file", {path = "big.bin", content_base64 = b64(data)})
   local req = ctx:exec({"cat", "big.bin"})
   local ok, problem = exec_shape(req, 0)
-  local streamed = events.collected(req, "stdout")
+  local streamed = event_rules.collected(req, "stdout")
   ok = ok and streamed == data
   return ok, "1048576 bytes, identical in events and result",
     problem or string.format("%d bytes streamed, equal: %s", streamed and #streamed or 0,
@@ -100,7 +100,7 @@ end
 local function null_stdin(ctx)
   local req = ctx:exec({"cat"}, nil, 5)
   local ok, problem = exec_shape(req, 0)
-  local out = events.field(req.result, "stdout")
+  local out = event_rules.field(req.result, "stdout")
   return ok and out == "", 'cat exits 0 at once with stdout ""', problem or expect.reply(req)
 end
 
@@ -120,9 +120,9 @@ end
 local function no_env_leak(ctx)
   local out, err = stdout_of(ctx:exec({"env"}))
   if not out then return false, "the output of `env`", err end
-  local leaked = out:find(context.LEAK_NAME, 1, true) or out:find(ctx:leak_value(), 1, true)
-  return not leaked, "no " .. context.LEAK_NAME .. " (set in the provider's environment)",
-    leaked and ("seen: " .. expect.show(out:match("[^\n]*" .. context.LEAK_NAME .. "[^\n]*")
+  local leaked = out:find(group_run.LEAK_NAME, 1, true) or out:find(ctx:leak_value(), 1, true)
+  return not leaked, "no " .. group_run.LEAK_NAME .. " (set in the provider's environment)",
+    leaked and ("seen: " .. expect.show(out:match("[^\n]*" .. group_run.LEAK_NAME .. "[^\n]*")
       or out)) or "not seen"
 end
 
@@ -148,7 +148,7 @@ local function missing_program(ctx)
     local msg = tostring(req.error.message)
     return msg:find(name, 1, true) ~= nil, "exit 127 or an error naming " .. name, expect.reply(req)
   end
-  local err = events.field(req.result, "stderr") or ""
+  local err = event_rules.field(req.result, "stderr") or ""
   local ok = exec_shape(req, 127) and err:find(name, 1, true) ~= nil
   return ok, "exit_code 127 and stderr naming " .. name, expect.reply(req)
 end
@@ -156,7 +156,7 @@ end
 local function spawn_shape(ctx)
   local req = ctx:op("spawn", ctx:exec_params({"sh", "-c", "exit 0"}))
   if not expect.is_result(req) then return expect.result(req, "{process_id}") end
-  local problem = events.spawn_problem(req)
+  local problem = event_rules.spawn_problem(req)
   local id_ok = type(req.result.process_id) == "string"
   return id_ok and not problem, "events [started], result {process_id: string}",
     problem or expect.reply(req)
@@ -196,7 +196,7 @@ local function many_in_flight(ctx)
   end, wire.DEFAULT_TIMEOUT)
   local bad = all_done and {} or {"not all answered within " .. wire.DEFAULT_TIMEOUT .. "s"}
   for i, req in ipairs(reqs) do
-    local err = expect.is_result(req) and events.field(req.result, "stderr")
+    local err = expect.is_result(req) and event_rules.field(req.result, "stderr")
     if not exec_shape(req, 0) or stdout_of(req) ~= i .. "\n" or err ~= "e" .. i .. "\n" then
       bad[#bad + 1] = "exec " .. i .. ": " .. expect.reply(req)
     end

@@ -1,16 +1,16 @@
 -- Conformance checks: the part-2 extensions, each run only when the session
 -- announces its capability.
 local core = require "smol.core"
-local expect = require "smol.conformance.expect"
-local events = require "smol.conformance.events"
-local hostside = require "smol.conformance.hostside"
-local wire = require "smol.conformance.wire"
+local expect = require "smol.provider.conformance.expect"
+local event_rules = require "smol.provider.conformance.event_rules"
+local hostside = require "smol.provider.conformance.hostside"
+local wire = require "smol.provider.conformance.wire"
 
 local b64, null = core.b64encode, wire.null
 
 local function out_of(req, stream)
   if not expect.is_result(req) then return nil end
-  return events.field(req.result, stream or "stdout")
+  return event_rules.field(req.result, stream or "stdout")
 end
 
 local function spawn(ctx, script, extra)
@@ -24,13 +24,13 @@ local function wait_problem(req, running)
   for i = 1, running and n or n - 1 do
     local t = type(evs[i]) == "table" and evs[i].type
     if t ~= "stdout" and t ~= "stderr" and t ~= "dropped" then
-      return "event " .. i .. " is " .. tostring(t) .. ": [" .. events.types_of(req) .. "]"
+      return "event " .. i .. " is " .. tostring(t) .. ": [" .. event_rules.types_of(req) .. "]"
     end
   end
   if not running and (n == 0 or evs[n].type ~= "exited") then
-    return "last event is not exited: [" .. events.types_of(req) .. "]"
+    return "last event is not exited: [" .. event_rules.types_of(req) .. "]"
   end
-  return events.output_problem(req)
+  return event_rules.output_problem(req)
 end
 
 -- ======================================================================
@@ -97,7 +97,7 @@ local function dropped_and_kept(req)
       first_output = first_output or i
     end
   end
-  return dropped, events.collected(req, "stdout")
+  return dropped, event_rules.collected(req, "stdout")
 end
 
 --[[
@@ -119,7 +119,7 @@ local function spawned_output_bounded(ctx)
     and dropped + #kept == DROP_TOTAL and not wait_problem(req)
   return ok, "dropped {stream: stdout, bytes: N} first, then at most 1 MiB; N + kept = 3 MiB",
     string.format("dropped %s, kept %s bytes; events [%s]", expect.show(dropped),
-      kept and #kept or tostring(kept), events.types_of(req):sub(1, 80))
+      kept and #kept or tostring(kept), event_rules.types_of(req):sub(1, 80))
 end
 
 local function kill_then_wait(ctx, signal, code)
@@ -230,7 +230,7 @@ end
 local function output_not_captured(ctx)
   local req = ctx:exec({"head", "-c", "5000", "/dev/zero"}, {max_output_bytes = 0})
   local r = expect.is_result(req) and req.result or {}
-  local kept, streamed = out_of(req), events.collected(req, "stdout")
+  local kept, streamed = out_of(req), event_rules.collected(req, "stdout")
   local ok = kept == "" and r.stdout_truncated == true and streamed and #streamed == 5000
   return ok, "stdout: 0 bytes kept, truncated, 5000 streamed",
     string.format("%s bytes kept (truncated %s), %s streamed", kept and #kept or "?",
@@ -242,7 +242,7 @@ local function output_capped(ctx)
     {max_output_bytes = 1000})
   local r = expect.is_result(req) and req.result or {}
   local out, err = out_of(req), out_of(req, "stderr")
-  local streamed = events.collected(req, "stdout")
+  local streamed = event_rules.collected(req, "stdout")
   local ok = out and #out == 1000 and r.stdout_truncated == true and err and #err == 20
     and r.stderr_truncated ~= true and streamed and #streamed == 10000
   return ok, "stdout: 1000 bytes kept, truncated, 10000 streamed; stderr: 20 bytes, not truncated",

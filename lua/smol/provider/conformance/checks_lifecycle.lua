@@ -6,9 +6,9 @@ for it in this machine's /proc (a parent pid namespace sees the processes
 of the sandboxes below it); where it cannot see them at all (a provider
 that runs commands elsewhere) the check is skipped, not passed.
 ]]
-local expect = require "smol.conformance.expect"
-local hostside = require "smol.conformance.hostside"
-local wire = require "smol.conformance.wire"
+local expect = require "smol.provider.conformance.expect"
+local hostside = require "smol.provider.conformance.hostside"
+local wire = require "smol.provider.conformance.wire"
 
 local APPEAR_TIMEOUT = 8     -- seconds for spawned processes to show up (ms normally; slack for a loaded machine)
 local VANISH_TIMEOUT = 2     -- seconds for them to be gone after close (ms when it works)
