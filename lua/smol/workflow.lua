@@ -96,14 +96,6 @@ function wf.instances(def, steps)
   return instances
 end
 
--- A module the reports engineer may not have written yet is skipped; one
--- that exists but fails to load is an error worth seeing.
-local function optional(name)
-  if not package.searchpath(name, package.path) then return nil end
-  return require(name)
-end
-wf.optional_module = optional
-
 local REPORT_ROOT = ".smolwf"
 -- The Cache Directory Tagging Specification (https://bford.info/cachedir/):
 -- backup and copy tools (the provider's workspace copy too) skip a
@@ -172,17 +164,17 @@ end
 
 local function report_observers(opts, run)
   local observers = {}
-  local logs = opts.reports ~= false and optional("smol.workflow.logs")
-  if logs then observers[#observers + 1] = logs.new { report_dir = run.report_dir } end
+  if opts.reports ~= false then
+    observers[#observers + 1] = require("smol.workflow.logs").new { report_dir = run.report_dir }
+  end
   for _, obs in ipairs(opts.observers or {}) do observers[#observers + 1] = obs end
   return observers
 end
 
--- Writes report.json, junit.xml, report.html (those whose writer exists).
+-- Writes report.json, junit.xml, report.html.
 function wf.write_reports(run)
   for _, name in ipairs(REPORT_WRITERS) do
-    local writer = optional(name)
-    local ok, err = pcall(function() if writer then writer.write(run) end end)
+    local ok, err = pcall(function() require(name).write(run) end)
     -- One broken writer must not cost the user the other reports.
     if not ok then io.stderr:write(("smolwf: %s failed: %s\n"):format(name, tostring(err))) end
   end

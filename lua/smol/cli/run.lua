@@ -185,8 +185,7 @@ local function print_dry_run(def, opts, name)
 end
 
 local function new_observer(name, opts)
-  local mod = wf.optional_module(name)
-  return mod and mod.new(opts)
+  return require(name).new(opts)
 end
 
 local function observers_for(opts)
@@ -224,13 +223,8 @@ local function sandbox_line(run)
 end
 
 local function print_summary(run, opts)
-  local summary = wf.optional_module("smol.workflow.summary")
   local out = opts.json and io.stderr or io.stdout
-  if summary then
-    out:write(summary.render(run, {}), "\n")
-  else
-    out:write(("workflow '%s': %s; report in %s\n"):format(run.name, run.result, run.report_dir))
-  end
+  out:write(require("smol.workflow.summary").render(run, {}), "\n")
   local line = sandbox_line(run)
   if line then out:write(line, "\n") end
 end
