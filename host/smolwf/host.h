@@ -7,7 +7,8 @@
 ** (terminal questions), b64.c, message.c (decoding protocol lines), command.c
 ** (exec/spawn params), router.c
 ** (routing replies to their requests), fs.c,
-** core.c (the smol.core module table), exitpath.c (orderly shutdown),
+** core.c (the smol.core module table), introspect.c (what the host holds,
+** for test harnesses), exitpath.c (orderly shutdown),
 ** luapath.c (package.path), cli.c and main.c (the command line).
 */
 #ifndef SMOLWF_HOST_H
@@ -128,6 +129,7 @@ void fs_open(lua_State *L);
 void loop_open(lua_State *L);
 void stdio_open(lua_State *L);
 void tty_open(lua_State *L);            /* tty.c: core.isatty, core.term_width */
+void introspect_open(lua_State *L);     /* introspect.c: core.handles, core.registry_refs */
 int luaopen_smol_core(lua_State *L);
 
 /* shutdown hooks used by exitpath.c */
