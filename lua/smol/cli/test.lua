@@ -110,12 +110,17 @@ local function start(opts)
   if opts.record then return require("smol.recording.record").start(opts.record) end
 end
 
--- busted reads the global `arg`, and exits the process itself when a test
--- fails; it returns when everything passed. Modules loaded before busted
--- starts survive its per-file insulation (which unloads what a spec file
--- loaded): one task scheduler with its exit hooks, one provider pool.
-local function run_busted(busted_args)
+--- Loads the modules every spec file shares. Modules loaded before busted
+--- runs a file survive its per-file insulation (which unloads what the file
+--- loaded): one task scheduler with its exit hooks, one provider pool.
+function M.load_shared_modules()
   for _, name in ipairs{"smol.task", "smol.jsonl", "smol.sandbox", "smol.testing"} do require(name) end
+end
+
+-- busted reads the global `arg`, and exits the process itself when a test
+-- fails; it returns when everything passed.
+local function run_busted(busted_args)
+  M.load_shared_modules()
   local saved = _G.arg
   _G.arg = busted_args
   busted_args[0] = "smolwf test"
