@@ -6,13 +6,7 @@ local h = dofile("spec/fixtures/helpers.lua")
 -- Runs the loop until cond() is true; fails instead of hanging (the
 -- deadline is generous: only a real failure waits that long).
 local function run_until(cond, seconds)
-  local deadline = core.now() + (seconds or h.WAIT)
-  while not cond() do
-    assert(core.now() < deadline, "timed out waiting")
-    local guard = core.timer(0.05, function() end)  -- run_once never blocks past the deadline
-    core.run_once()
-    guard:stop()
-  end
+  assert(h.wait_until(cond, seconds), "timed out waiting")
 end
 
 -- Spawns and waits; returns {code, signal, stdout = {lines or chunks}, stderr = {...}}.

@@ -4,6 +4,7 @@
 -- be left alone. A fresh pid namespace and ns_last_pid make the reuse
 -- happen on demand (root only: writing ns_last_pid needs CAP_SYS_ADMIN).
 local core = require "smol.core"
+local h = dofile("spec/fixtures/helpers.lua")
 
 local FIXTURE = (debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "fixtures/pgid_reuse.lua"
 
@@ -13,8 +14,7 @@ local function run(argv)
     on_stdout = function(c) if c then out[#out + 1] = c end end,
     on_stderr = function(c) if c then out[#out + 1] = c end end,
     on_exit = function() done = true end})
-  local deadline = core.now() + 60
-  while not done and core.now() < deadline do core.run_once() end
+  assert(h.wait_until(function() return done end, 60), "the fixture did not finish")
   proc:close()
   return table.concat(out)
 end

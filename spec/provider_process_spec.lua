@@ -169,7 +169,7 @@ describe("provider processes", function()
     local sp = ph.op(conn, s, "spawn", {argv = {"sh", "-c",
       "seq 1 1000000 2>/dev/null | head -c " .. total .. "; touch done"}})
     local done = s.cwd .. "/done"
-    assert.is_true(ph.poll_until(function() return ph.exists(done) end, 10))
+    assert.is_true(ph.wait_until(function() return ph.exists(done) end, 10))
     local w = ph.op(conn, s, "wait", {process_id = sp.result.process_id}, {timeout = 10})
     local dropped = w.events[1]
     assert.same({type = "dropped", stream = "stdout", bytes = dropped.bytes}, dropped)
@@ -189,7 +189,7 @@ describe("provider processes", function()
     assert.is_true(ph.alive(orphan) and ph.alive(spawned))
     local root = ph.session_root(s)
     assert.same({}, conn:call("close", s).result)
-    assert.is_true(ph.poll_until(function() return not ph.alive(orphan) and not ph.alive(spawned) end, 5))
+    assert.is_true(ph.wait_until(function() return not ph.alive(orphan) and not ph.alive(spawned) end, 5))
     assert.is_false(ph.exists(root))
     assert.equals("unknown_session", ph.exec(conn, s, {"true"}).error.code)
   end)
@@ -204,7 +204,7 @@ describe("provider processes", function()
     -- the shell exits at once: its setsid child is re-parented to the provider, a child subreaper
     local req = ph.exec(conn, s, {"sh", "-c", "setsid sleep 300 >/dev/null 2>&1 & echo $!"})
     local orphan = ph.unb64(req.result.stdout_base64):match("%d+")
-    assert.is_true(ph.poll_until(function() return stat_field(orphan, 4) == tostring(conn.pid) end, 5))
+    assert.is_true(ph.wait_until(function() return stat_field(orphan, 4) == tostring(conn.pid) end, 5))
     -- this one's parent still runs at close
     local sp = ph.op(conn, s, "spawn", {argv = {"sh", "-c", "setsid sleep 301 >/dev/null 2>&1 & echo $!; exec sleep 302"}})
     local w = ph.op(conn, s, "wait", {process_id = sp.result.process_id, timeout_ms = 300})
@@ -212,7 +212,7 @@ describe("provider processes", function()
     assert.is_true(ph.alive(orphan) and ph.alive(escaped))
     assert.same({}, conn:call("close", s).result)
     assert.is_false(ph.exists("/proc/" .. orphan), "killed and reaped")
-    assert.is_true(ph.poll_until(function() return not ph.alive(escaped) end, 5))
+    assert.is_true(ph.wait_until(function() return not ph.alive(escaped) end, 5))
   end)
 
   it("reaps the processes re-parented to it when they exit, and kills those left at shutdown", function()
@@ -220,7 +220,7 @@ describe("provider processes", function()
     -- an orphan without the session's TMPDIR is not the session's to kill at close
     local req = ph.exec(conn, s, {"sh", "-c", "env -u TMPDIR setsid sleep 303 >/dev/null 2>&1 & echo $!"})
     local unclaimed = ph.unb64(req.result.stdout_base64):match("%d+")
-    assert.is_true(ph.poll_until(function()
+    assert.is_true(ph.wait_until(function()
       ph.exec(conn, s, {"true"})   -- an exit: the provider reaps what else exited
       for dir in io.popen("ls /proc"):lines() do
         if dir:match("^%d+$") and stat_field(dir, 4) == tostring(conn.pid) and stat_field(dir, 3) == "Z" then return false end
@@ -230,7 +230,7 @@ describe("provider processes", function()
     assert.same({}, conn:call("close", s).result)
     assert.is_true(ph.alive(unclaimed))
     assert.is_true(conn:stop())
-    assert.is_true(ph.poll_until(function() return not ph.alive(unclaimed) end, 5))
+    assert.is_true(ph.wait_until(function() return not ph.alive(unclaimed) end, 5))
   end)
 
   it("answers close only once the processes it killed are gone, its own children reaped", function()
@@ -242,7 +242,7 @@ describe("provider processes", function()
                                    .. "\" >>ready 2>&1 & echo $!; done"})
     local pids = {}
     for pid in ph.unb64(req.result.stdout_base64):gmatch("%d+") do pids[#pids + 1] = pid end
-    assert.is_true(ph.poll_until(function() return select(2, (ph.read_host(s.cwd .. "/ready") or ""):gsub("ready", "")) == 4 end, 10))
+    assert.is_true(ph.wait_until(function() return select(2, (ph.read_host(s.cwd .. "/ready") or ""):gsub("ready", "")) == 4 end, 10))
     local sp = ph.op(conn, s, "spawn", {argv = {"sh", "-c", "echo $$; exec sleep 300"}})
     local w = ph.op(conn, s, "wait", {process_id = sp.result.process_id, timeout_ms = 300})
     local child = ph.unb64(w.result.stdout_base64):match("%d+")

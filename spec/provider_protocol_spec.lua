@@ -94,7 +94,7 @@ describe("provider protocol", function()
   local function assert_all_gone(conn, pid, root)
     assert.is_true(conn:wait_exit(5))
     assert.equals(0, conn.exit_code)
-    assert.is_true(ph.poll_until(function() return not ph.alive(pid) end, 5))
+    assert.is_true(ph.wait_until(function() return not ph.alive(pid) end, 5))
     assert.is_false(ph.exists(root))
   end
 
@@ -195,7 +195,7 @@ describe("provider backpressure", function()
       argv = {"sh", "-c", "echo $$ > pid; exec head -c 67108864 /dev/zero"}}}
     send(ph.encode(exec))
     local writer
-    assert.is_true(ph.poll_until(function()
+    assert.is_true(ph.wait_until(function()
       writer = writer or (ph.read_host(s.cwd .. "/pid") or ""):match("%d+")
       return writer and in_syscall(writer, SYS_WRITE) and in_syscall(proc.pid, SYS_EPOLL_WAIT)
     end, 10))

@@ -1,21 +1,16 @@
 -- Shared helpers of the workflow specs (not a spec itself).
 local fs = require "smol.fs"
+local helpers = dofile("spec/fixtures/helpers.lua")
 
 local M = {}
 
--- A fresh directory name under /tmp; removed by cleanup().
-local created = {}
+-- A fresh path under $TMPDIR that does not exist yet (for a report
+-- directory or a pid file the test makes); removed by cleanup().
 function M.temp_dir()
-  local dir = os.tmpname()
-  os.remove(dir)
-  created[#created + 1] = dir
-  return dir
+  return helpers.tempdir() .. "/new"
 end
 
-function M.cleanup()
-  for _, dir in ipairs(created) do fs.remove_tree(dir) end
-  created = {}
-end
+M.cleanup = helpers.cleanup
 
 -- The file's content, or nil when it is not there (yet).
 M.read = fs.try_read_file
@@ -31,28 +26,14 @@ function M.statuses(run)
   return out
 end
 
--- Waits for cond() to hold, polling, for at most `seconds`; returns cond's value.
-function M.wait_until(cond, seconds)
-  local task, core = require "smol.task", require "smol.core"
-  local deadline = core.now() + (seconds or 5)
-  repeat
-    local v = cond()
-    if v then return v end
-    task.sleep(0.02)
-  until core.now() > deadline
-  return cond()
-end
+M.wait_until = helpers.wait_until
 
 -- The pid a step's shell wrote to `path` (waits until it is complete).
 function M.read_pid(path, seconds)
   return M.wait_until(function() return tonumber(M.read(path) or "") end, seconds)
 end
 
--- True while the process `pid` exists and is not a zombie.
-function M.alive(pid)
-  local stat = M.read("/proc/" .. tostring(pid) .. "/stat")
-  return stat ~= nil and not stat:match("^%d+ %b() Z")
-end
+M.alive = helpers.alive
 
 -- Runs `smolwf ARGS...` (this very host binary) to completion.
 -- opts: cwd, env, on_started(proc). Returns {code, signal, stdout, stderr}.

@@ -5,7 +5,6 @@
 -- output is replayed through a small terminal model (cursor moves and
 -- erases) to see what stays on the screen.
 local core = require "smol.core"
-local task = require "smol.task"
 local progress = require "smol.workflow.progress"
 
 local fixtures = (debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "fixtures/"
@@ -102,16 +101,6 @@ describe("workflow progress, live view interrupted by Ctrl-C in a terminal", fun
   before_each(function() dir = helpers.tmpdir() end)
   after_each(function() helpers.rmtree(dir) end)
 
-  -- Waits (at most `seconds`) until pred() is true; returns whether it became so.
-  local function await(pred, seconds)
-    local deadline = core.now() + seconds
-    while not pred() do
-      if core.now() > deadline then return false end
-      task.sleep(0.05)
-    end
-    return true
-  end
-
   -- Runs the workflow in a pty with `script`, presses Ctrl-C once the live
   -- view shows both long steps and the quick one finished; returns the
   -- exit status and the bytes the terminal got. stderr_to: a redirection
@@ -131,7 +120,7 @@ describe("workflow progress, live view interrupted by Ctrl-C in a terminal", fun
       if f then f:close() end
       return data:find(s, 1, true) ~= nil
     end
-    local live = await(function()
+    local live = helpers.wait_until(function()
       return shown("alpha-started") and shown("beta-started") and shown("\27[32m✓\27[0m  quick")
     end, 20)
     keyboard:write("\3")
