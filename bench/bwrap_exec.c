@@ -7,7 +7,7 @@
 **
 **   smolwf-bench-bwrap-exec [N]        (default N = 2000)
 **
-** Target (issue 3): the sandboxed exec within 1.25x of the plain loop.
+** Target: the sandboxed exec within 1.25x of the plain loop.
 ** The program is also its own helper (`... helper`), as smolwf-provider is.
 */
 #define _GNU_SOURCE

@@ -1,6 +1,6 @@
 --[[
 smol.jsonl: one connection to a provider process speaking JSON Lines
-(shared/PROTOCOL.md, part 1 "Transport").
+(docs/protocol.md, its transport).
 
   local conn = jsonl.start(program, {max_line_bytes = N, max_depth = N})
   local result = conn:request("read_file", params, on_event, {timeout = 5, on_late = fn})

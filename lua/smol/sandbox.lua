@@ -1,5 +1,5 @@
 --[[
-smol.sandbox: sandbox sessions served by provider programs (issue 2's API).
+smol.sandbox: sandbox sessions served by provider programs.
 
   local sb = sandbox.open{program =, profile =, workspace =, cwd =, group =,
                           open_timeout =, max_line_bytes =, max_depth =}

@@ -1,6 +1,6 @@
 --[[
 The provider conformance kit, as a library: runs the protocol conformance
-suite (../shared/PROTOCOL.md) against any provider executable and reports
+suite (docs/protocol.md) against any provider executable and reports
 one result per check. `smolwf provider-check` prints it; specs assert it.
 
   local conformance = require "smol.provider.conformance"

@@ -1,4 +1,4 @@
--- Validation of request params for the methods of PROTOCOL.md, so a provider
+-- Validation of request params for the methods of docs/protocol.md, so a provider
 -- written in Lua only sees well-formed params. Also normalizes them: JSON
 -- nulls become nil, `close`'s bare session becomes {session = ...}, and every
 -- `X_base64` string is decoded into `X` as well.

@@ -5,7 +5,7 @@
 --     function methods.exec(params, req) req:event{...}; return {...} end
 -- This module does everything else: JSON Lines framing, ids, base64 both
 -- ways, one task per request, error replies, and protocol validation
--- (PROTOCOL.md). A handler returns its result table, or raises
+-- (docs/protocol.md). A handler returns its result table, or raises
 -- `server.fail(code, message)` (or any table with `code` and `message`, such
 -- as a smol.errors value) for an error reply; any other error becomes an
 -- `internal` error reply and a traceback on stderr. `shutdown` is always
