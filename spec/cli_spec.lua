@@ -59,7 +59,7 @@ describe("smolwf command line", function()
 
   local baseline  -- other specs in the same run may leave handles open (a shared provider)
   before_each(function()
-    dir = assert(core.mkdtemp("/tmp/smolwf-cli-XXXXXX"))
+    dir = fs.temp_dir("smolwf-cli")
     baseline = core.open_handles()
   end)
 

@@ -3,6 +3,7 @@
 -- bwrap/default, and a deliberately naive provider (spec/fixtures/
 -- naive_provider.lua) fails exactly where it is broken.
 local conformance = require "smol.provider.conformance"
+local fs = require "smol.fs"
 local core = require "smol.core"
 local wire = require "smol.provider.conformance.wire"
 local hostside = require "smol.provider.conformance.hostside"
@@ -114,7 +115,7 @@ describe("smol.provider.conformance", function()
     local report, by_name, root
 
     setup(function()
-      root = assert(core.mkdtemp("/tmp/smolwf-naive-XXXXXX"))
+      root = fs.temp_dir("smolwf-naive")
       report = conformance.run{program = "lua5.4", args = {NAIVE, root}, profile = "naive/default",
         groups = {"files", "escapes", "exec", "concurrency", "lifecycle", "bad lines", "process"}}
       by_name = conformance.by_name(report)
@@ -344,7 +345,7 @@ describe("smolwf provider-check", function()
   end)
 
   it("exits 1 and prints what failed for a broken provider", function()
-    local root = assert(core.mkdtemp("/tmp/smolwf-naive-XXXXXX"))
+    local root = fs.temp_dir("smolwf-naive")
     local status, out = run_cli{"--group", "escapes", "-q", "--", "lua5.4", NAIVE, root}
     hostside.remove_tree(root)
     assert.are.equal(1, status, out)
@@ -358,7 +359,7 @@ describe("smolwf provider-check", function()
   it("exits 2 on a usage error or a provider that cannot start", function()
     local status, out = run_cli{"--group", "nonsense", "--", BUNDLED}
     assert.are.equal(2, status)
-    assert.matches("unknown group `nonsense`", out)
+    assert.matches("unknown group `nonsense` (the groups: session, files, ", out, 1, true)
     status, out = run_cli{"--", "/no/such/provider"}
     assert.are.equal(2, status)
     assert.matches("cannot start provider `/no/such/provider`", out)

@@ -1,6 +1,7 @@
 -- smol.core: the C mechanism (loop, timers, processes, base64, fs helpers).
 -- Runs inside the host: smolwf /usr/bin/busted --ignore-lua spec/core_spec.lua
 local core = require "smol.core"
+local fs = require "smol.fs"
 local h = dofile("spec/fixtures/helpers.lua")
 
 -- Runs the loop until cond() is true; fails instead of hanging (the
@@ -64,7 +65,7 @@ describe("smol.core", function()
     end)
 
     it("passes env (replacing ours) and cwd", function()
-      local dir = assert(core.mkdtemp("/tmp/smolwf-core-XXXXXX"))
+      local dir = fs.temp_dir("smolwf-core")
       local r = sh("echo \"$A-$HOME\"; pwd", {env = {A = "1"}, cwd = dir})
       assert.same({"1-", dir}, r.stdout)
       os.remove(dir)
@@ -155,7 +156,7 @@ describe("smol.core", function()
     end)
 
     it("still delivers queued stdin writes after close()", function()
-      local dir = assert(core.mkdtemp("/tmp/smolwf-core-XXXXXX"))
+      local dir = fs.temp_dir("smolwf-core")
       local p = core.spawn{file = "/bin/sh", args = {"sh", "-c", "cat > out.txt; mv out.txt done.txt"},
                            cwd = dir, stdin = true}
       p:write(("x"):rep(100000))

@@ -1,6 +1,7 @@
 -- smol.provider.server and `smolwf provider serve`: a provider written in
 -- Lua, run as a real process and spoken to in raw JSON Lines.
 local cjson = require "cjson"
+local fs = require "smol.fs"
 local core = require "smol.core"
 local sandbox = require "smol.sandbox"
 local server = require "smol.provider.server"
@@ -295,7 +296,7 @@ describe("the example provider scripts/lua_provider.lua", function()
 
   it("serves sessions through smol.sandbox", function()
     local core_ = require "smol.core"
-    local ws = assert(core_.mkdtemp("/tmp/smolwf-luaprov-spec-XXXXXX"))
+    local ws = fs.temp_dir("smolwf-luaprov-spec")
     local f = assert(io.open(ws .. "/input.txt", "w"))
     f:write("from the host\n")
     f:close()
@@ -328,7 +329,7 @@ end)
 describe("a Lua provider interrupted with Ctrl-C", function()
   it("still closes its sessions (the example's session directory is removed)", function()
     local lfs = require "lfs"
-    local ws = assert(core.mkdtemp("/tmp/smolwf-int-spec-XXXXXX"))
+    local ws = fs.temp_dir("smolwf-int-spec")
     finally(function() require("smol.testing").remove_tree(ws) end)
     local p = start("scripts/lua_provider.lua")
     p:request(1, "open", {workspace_sync = {host_path = ws}})

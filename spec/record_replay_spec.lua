@@ -1,6 +1,7 @@
 -- smol.recording.record / smol.recording.replay: record a real workflow run on the bundled
 -- provider, replay it to the same report without running anything.
 local cjson = require "cjson"
+local fs = require "smol.fs"
 local core = require "smol.core"
 local lfs = require "lfs"
 local jsonl = require "smol.jsonl"
@@ -70,7 +71,7 @@ describe("record and replay of a workflow run", function()
     return dir .. "/report-" .. runs
   end
   setup(function()
-    dir = assert(core.mkdtemp("/tmp/smolwf-rr-spec-XXXXXX"))
+    dir = fs.temp_dir("smolwf-rr-spec")
     ws, marker, recording = dir .. "/ws", dir .. "/marker", dir .. "/run.jsonl"
     assert(lfs.mkdir(ws))
     sandbox.shutdown()    -- replay must start providers of its own
@@ -151,7 +152,7 @@ end)
 
 describe("the replay provider on its own", function()
   local dir
-  before_each(function() dir = assert(core.mkdtemp("/tmp/smolwf-rr-own-XXXXXX")) end)
+  before_each(function() dir = fs.temp_dir("smolwf-rr-own") end)
   after_each(function() testing.remove_tree(dir) end)
 
   it("serves sandbox.open{program = replay.program(file)} from a recording", function()

@@ -1,6 +1,7 @@
 -- The scenario assertions, against real commands run by the bundled
 -- provider: what they accept, and what their failure messages say.
 local core = require "smol.core"
+local fs = require "smol.fs"
 local testing = require "smol.testing"
 
 local function failure_of(fn, ...)
@@ -9,7 +10,7 @@ local function failure_of(fn, ...)
   return tostring(err)
 end
 
-local workspace = assert(core.mkdtemp("/tmp/smolwf-assert-spec-XXXXXX"))
+local workspace = fs.temp_dir("smolwf-assert-spec")
 
 describe("scenario assertions", function()
   local sb = testing.sandbox{profile = "local/default", workspace = workspace,

@@ -50,7 +50,7 @@ end)
 
 describe("smolwf test", function()
   local dir
-  before_each(function() dir = assert(core.mkdtemp("/tmp/smolwf-cli-spec-XXXXXX")) end)
+  before_each(function() dir = fs.temp_dir("smolwf-cli-spec") end)
   after_each(function() testing.remove_tree(dir) end)
 
   -- Runs `smolwf test ARGS...` in the project; returns the result and all it printed.
@@ -147,6 +147,15 @@ describe("smolwf test", function()
     r = run({"-o"})
     assert.exit_code(2, r)
     assert.same("smolwf test: option -o requires a value to be set (see smolwf test --help)\n", r.stderr)
+  end)
+
+  it("names a PATH that is not there and exits 2 without running anything", function()
+    local r = run({"spec/missing_spec.lua"})
+    assert.exit_code(2, r)
+    assert.same("smolwf test: no such file or folder: spec/missing_spec.lua (see smolwf test --help)\n", r.stderr)
+    r = run({})   -- no spec/ in the project
+    assert.exit_code(2, r)
+    assert.matches("no spec/ folder here: name the spec files or folders to run", r.stderr, 1, true)
   end)
 
   it("refuses a --replay file that cannot be read, with status 2", function()

@@ -2,6 +2,7 @@
 -- provider cannot be made to do on demand, and see how the client and the
 -- workflow engine cope.
 local lfs = require "lfs"
+local fs = require "smol.fs"
 local task = require "smol.task"
 local sandbox = require "smol.sandbox"
 local testing = require "smol.testing"
@@ -143,7 +144,7 @@ describe("a workflow on a provider that crashes mid-exec", function()
     local fp = testing.fake_provider{
       exec = {events = {{type = "started"}, {type = "stdout", data = "compiling...\n"}}, crash = 9},
     }
-    local report_dir = assert(require("smol.core").mkdtemp("/tmp/smolwf-fake-run-XXXXXX"))
+    local report_dir = fs.temp_dir("smolwf-fake-run")
     finally(function()
       sandbox.shutdown(fp.program)
       fp:cleanup()

@@ -15,7 +15,7 @@ end
 describe("testing.golden", function()
   local dir, saved_dir, saved_update
   before_each(function()
-    dir = assert(core.mkdtemp("/tmp/smolwf-golden-spec-XXXXXX"))
+    dir = fs.temp_dir("smolwf-golden-spec")
     saved_dir, saved_update = golden.dir, golden.update
     golden.dir, golden.update = dir, false
   end)

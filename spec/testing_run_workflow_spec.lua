@@ -1,6 +1,7 @@
 -- testing.run_workflow: a scenario runs a whole workflow on the bundled
 -- provider and inspects the outcome.
 local core = require "smol.core"
+local fs = require "smol.fs"
 local lfs = require "lfs"
 local sandbox = require "smol.sandbox"
 local testing = require "smol.testing"
@@ -9,7 +10,7 @@ local FILE = "spec/fixtures/testing_workflow.lua"
 
 describe("testing.run_workflow", function()
   local ws
-  before_each(function() ws = assert(core.mkdtemp("/tmp/smolwf-runwf-spec-XXXXXX")) end)
+  before_each(function() ws = fs.temp_dir("smolwf-runwf-spec") end)
   after_each(function() testing.remove_tree(ws) end)
 
   it("runs a workflow file and returns its run: statuses, exit codes, logs", function()

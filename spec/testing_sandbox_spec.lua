@@ -1,11 +1,12 @@
 -- testing.sandbox: a session fixture per describe block (or per test), that
 -- leaves nothing behind.
 local core = require "smol.core"
+local fs = require "smol.fs"
 local lfs = require "lfs"
 local sandbox = require "smol.sandbox"
 local testing = require "smol.testing"
 
-local workspace = assert(core.mkdtemp("/tmp/smolwf-fixture-spec-XXXXXX"))
+local workspace = fs.temp_dir("smolwf-fixture-spec")
 local f = assert(io.open(workspace .. "/seed.txt", "w"))
 f:write("seed\n")
 f:close()
@@ -83,7 +84,7 @@ end)
 describe("the leak check", function()
   local dir, saved_grace
   before_each(function()
-    dir = assert(core.mkdtemp("/tmp/smolwf-leak-spec-XXXXXX"))
+    dir = fs.temp_dir("smolwf-leak-spec")
     saved_grace, testing.leak_grace = testing.leak_grace, 0.2   -- these processes are meant to stay
   end)
   after_each(function()

@@ -131,7 +131,7 @@ local function provider_pids(sshd_pid)
 end
 
 describe("the SSH forwarding provider (scripts/ssh_provider.lua)", function()
-  local env = {dir = assert(core.mkdtemp("/tmp/smolwf-ssh-spec-XXXXXX"))}
+  local env = {dir = fs.temp_dir("smolwf-ssh-spec")}
   local sshd, why = bring_up(env.dir)
   local login_ok, login_err = false, nil
   if sshd then

@@ -92,13 +92,19 @@ local function list_groups(conformance)
   return 0
 end
 
-local function known_groups(conformance, wanted)
-  local names = {}
-  for _, group in ipairs(conformance.groups()) do names[group.name] = true end
-  for _, name in ipairs(wanted or {}) do
-    if not names[name] then return false, name end
+-- nil when every wanted group exists, else a message naming the first
+-- unknown one and the groups there are.
+local function unknown_group(conformance, wanted)
+  local names, known = {}, {}
+  for _, group in ipairs(conformance.groups()) do
+    names[group.name] = true
+    known[#known + 1] = group.name
   end
-  return true
+  for _, name in ipairs(wanted or {}) do
+    if not names[name] then
+      return ("unknown group `%s` (the groups: %s)"):format(name, table.concat(known, ", "))
+    end
+  end
 end
 
 local function run(conformance, opts)
@@ -132,8 +138,8 @@ function M.main(args)
   if opts.help then io.stdout:write(M.USAGE); return 0 end
   local conformance = require "smol.provider.conformance"
   if opts.list then return list_groups(conformance) end
-  local ok, bad = known_groups(conformance, opts.groups)
-  if not ok then usage_error("unknown group `" .. bad .. "` (see --list)"); return 2 end
+  local bad = unknown_group(conformance, opts.groups)
+  if bad then usage_error(bad); return 2 end
   if not opts.program then
     opts.program = require("smol.core").bundled_provider()
     if not opts.program then usage_error("no PROGRAM and no bundled provider"); return 2 end

@@ -10,7 +10,13 @@ usage: smolwf test [OPTIONS] [BUSTED OPTIONS] [PATHS...]
 
 Runs busted specs inside smolwf, so every spec has smol.sandbox, smol.task,
 smol.testing and the workflow engine. PATHS are spec files or folders
-(default: spec/).
+(default: spec/). busted's settings file .busted in the current folder
+applies as with busted itself (e.g. a helper loaded before the specs).
+
+examples:
+  smolwf test                          every *_spec.lua under spec/
+  smolwf test spec/build_spec.lua      one file
+  smolwf test --filter='builds' -o TAP only tests whose name matches, as TAP
 
 options:
   --update-golden   rewrite the golden files that differ (testing.golden)
@@ -21,7 +27,8 @@ options:
   --help            this text
 
 exit status: 0 every test passed, 1 a test failed or a spec did not load,
-2 usage error (unknown option, unreadable --replay file).
+2 usage error (unknown option, a PATH that is not there, unreadable
+--replay file).
 ]]
 
 local VALUED = {["--record"] = true, ["--replay"] = true}
@@ -78,14 +85,29 @@ local function busted_message(err)
   return (text:gsub("; re%-run with %-%-help for usage%.$", "", 1))
 end
 
---- busted's verdict on the arguments we pass it: nil when it accepts them,
---- else one line saying what is wrong.
+-- What is wrong with the PATHS busted would run (relative to its -C
+-- directory), or nil when each is there.
+local function paths_error(parsed)
+  local lfs = require "lfs"
+  for _, root in ipairs(parsed.ROOT or {}) do
+    local path = root:sub(1, 1) == "/" and root or (parsed.directory .. "/" .. root)
+    if not lfs.attributes(path) then
+      if #parsed.ROOT == 1 and root == "spec" then
+        return "no spec/ folder here: name the spec files or folders to run"
+      end
+      return ("no such file or folder: %s"):format(root)
+    end
+  end
+end
+
+--- busted's verdict on the arguments we pass it: nil when it accepts them
+--- and the PATHS exist, else one line saying what is wrong.
 function M.busted_args_error(busted_args)
   -- --ignore-lua: busted's parser itself re-runs the command under --lua=X
   local checked = {"--ignore-lua"}
   table.move(busted_args, 1, #busted_args, 2, checked)
   local ok, err = busted_cli():parse(checked)
-  if ok then return nil end
+  if ok then return paths_error(ok) end
   local why = busted_message(err)
   local flag = why:match("^unknown/bad flag: (.*)$")
   if flag then return ("unknown option '%s'"):format(flag) end
