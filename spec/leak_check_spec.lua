@@ -26,14 +26,6 @@ local function run_spec(body, leaky)
   return status, out, tmp
 end
 
-local function entries(dir)
-  local names = {}
-  for name in lfs.dir(dir) do
-    if name ~= "." and name ~= ".." then names[#names + 1] = name end
-  end
-  return names
-end
-
 describe("the leak check after each spec file", function()
   after_each(h.cleanup)
 
@@ -71,7 +63,7 @@ describe("the leak check after each spec file", function()
     local status, out, tmp = run_spec('fs.temp_dir("forgotten")', true)
     assert.are.equal(1, status, out)
     assert.matches("temp entry " .. tmp:gsub("%p", "%%%0") .. "/forgotten%-", out)
-    assert.are.same({}, entries(tmp))
+    assert.are.same({}, h.list(tmp))
   end)
 
   it("shuts down the pooled providers between files, which is not a leak", function()
