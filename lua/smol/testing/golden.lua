@@ -27,16 +27,17 @@ end
 --- A unified diff from `expected_path`'s content to `actual`, made by
 -- diffutils' `diff -u` (always installed on Debian).
 function M.unified_diff(expected_path, actual, label)
-  local tmp = os.tmpname()
+  local dir = fs.temp_dir("smolwf-golden")   -- under $TMPDIR, unlike os.tmpname
+  local tmp = dir .. "/actual"
   local ok, err = pcall(fs.write_file, tmp, actual)
-  if not ok then os.remove(tmp); error(err, 0) end
+  if not ok then fs.remove_tree(dir); error(err, 0) end
   local cmd = ("diff -u --label %s --label %s %s %s 2>&1"):format(
     shell_quote(expected_path), shell_quote(label or "actual"),
     shell_quote(expected_path), shell_quote(tmp))
   local pipe = io.popen(cmd, "r")
   local diff = pipe:read("a")
   pipe:close()
-  os.remove(tmp)
+  fs.remove_tree(dir)
   return diff
 end
 
