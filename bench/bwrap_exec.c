@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "context.h"
 #include "process.h"
 #include "sandbox_helper.h"
 #include "session.h"
@@ -31,6 +32,17 @@ void proc_exited(proc *p, int wait_status) {
   (void)p;
   (void)wait_status;
   exits_seen++;
+}
+
+/* The session has no disk allowance, so the disk watch never asks for its processes. */
+bool procs_running(const session *s) {
+  (void)s;
+  return false;
+}
+
+void procs_signal_running(session *s, int signo) {
+  (void)s;
+  (void)signo;
 }
 
 static double now(void) {
@@ -62,7 +74,6 @@ static int open_session(session *s, char *root) {
   s->tmp_host = tmp;
   s->workspace_fd = s->tmp_fd = -1;
   s->profile = profile_find("bwrap", "default");
-  s->loop = uv_default_loop();
   const char *code;
   char msg[1024];
   if (backend_bwrap.open(s, &code, msg, sizeof msg) == 0) return 0;
@@ -76,13 +87,13 @@ static double time_sandboxed(session *s, const spawn_spec *spec) {
   int before = exits_seen;
   double t0 = now();
   if (backend_bwrap.start(s, &p, spec) < 0) return -1;
-  while (exits_seen == before) uv_run(s->loop, UV_RUN_ONCE);
+  while (exits_seen == before) uv_run(provider_ctx()->loop, UV_RUN_ONCE);
   return now() - t0;
 }
 
 static double time_plain(const spawn_spec *spec) {
   double t0 = now();
-  pid_t pid = spawn_start(spec);
+  pid_t pid = spawn_start(&provider_ctx()->spawn, spec);
   if (pid > 0) waitpid(pid, NULL, 0);
   return now() - t0;
 }
@@ -113,18 +124,21 @@ int main(int argc, char **argv) {
   int n = argc >= 2 ? atoi(argv[1]) : 2000;
   char err[256], root[] = "/tmp/smolwf-bench-bwrap.XXXXXX";
   session s;
+  provider *ctx = provider_ctx();
+  ctx->loop = uv_default_loop();
+  spawn_setup_init(&ctx->spawn, &ctx->sched);
   if (n < 1 || profiles_load(NULL, err, sizeof err) < 0 || open_session(&s, root) < 0) return 1;
   int rc = run(&s, n);
   double t0 = now();
   backend_bwrap.close(&s);
   printf("%-50s %.2f ms\n", "closing the session (sandbox torn down, reaped)", (now() - t0) * 1e3);
-  uv_run(s.loop, UV_RUN_DEFAULT);
+  uv_run(ctx->loop, UV_RUN_DEFAULT);
   free(s.workspace_view);
   free(s.tmp_view);
   char cmd[256];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
   if (system(cmd) != 0) rc = 1;
   profiles_free();
-  uv_loop_close(s.loop);
+  uv_loop_close(ctx->loop);
   return rc;
 }

@@ -1,8 +1,8 @@
--- The bundled provider's processes (host/provider/process.c, spawn.c,
--- backend_local.c): exec and spawn streaming, stdin, environment, exit
--- codes, process groups, timeouts, kill, buffered spawn output, and that
--- nothing a session started outlives its close. Real provider, real
--- commands, local/default profile.
+-- The bundled provider's processes (host/provider/process.c,
+-- process_methods.c, spawn.c, backend_local.c): exec and spawn streaming,
+-- stdin, environment, exit codes, process groups, timeouts, kill,
+-- buffered spawn output, and that nothing a session started outlives its
+-- close. Real provider, real commands, local/default profile.
 local ph = dofile("spec/fixtures/provider_helpers.lua")
 
 describe("provider processes", function()

@@ -1,5 +1,5 @@
--- The bundled provider's connection (host/provider/server.c, main.c,
--- session.c): ids kept as sent, bad lines, sessions and their capabilities,
+-- The bundled provider's connection (host/provider/server.c, envelope.c,
+-- wire.c, lifecycle.c): ids kept as sent, bad lines, sessions and their capabilities,
 -- the three ways to end the provider (shutdown, end of input, SIGTERM)
 -- each leaving no process and no directory behind, and output
 -- backpressure towards a host that does not read.

@@ -30,7 +30,8 @@ typedef struct backend_ops {
   /*
   ** Starts one command (spec paths are as commands see them). On success
   ** stores the pid (as signal() understands it) in the proc and returns 0;
-  ** later calls proc_exited(proc, wait_status) exactly once, from the loop.
+  ** later calls proc_exited(proc, wait_status) (process.h) exactly once,
+  ** from the loop.
   ** Returns -errno when no process could be made.
   */
   int (*start)(struct session *s, struct proc *p, const spawn_spec *spec);
@@ -44,8 +45,5 @@ typedef struct backend_ops {
 
 extern const backend_ops backend_local;
 extern const backend_ops backend_bwrap;
-
-/* Called by a backend when a command it started has ended (waitpid-style status). */
-void proc_exited(struct proc *p, int wait_status);
 
 #endif

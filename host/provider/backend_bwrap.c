@@ -17,6 +17,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -31,6 +32,7 @@
 #include "backend.h"
 #include "bwrap_args.h"
 #include "bwrap_probe.h"
+#include "context.h"
 #include "disk_cap.h"
 #include "process.h"
 #include "sandbox_helper.h"
@@ -198,7 +200,11 @@ static void startup_failure(int errfd, char *msg, size_t msglen) {
            *said ? (strncmp(said, "bwrap: ", 7) == 0 ? said + 7 : said) : "no reason given");
 }
 
-static const char *self_exe(void);
+/* The provider's own executable, bound into the sandbox as the helper. */
+static void self_exe(char *path, size_t size) {
+  ssize_t n = readlink("/proc/self/exe", path, size - 1);
+  path[n > 0 ? n : 0] = '\0';
+}
 
 /*
 ** Waits for the helper's HELLO (with its pidfd). 0, or -1 when the sandbox
@@ -211,33 +217,27 @@ static int await_hello(bwrap_state *st, char *msg, size_t msglen) {
   ssize_t n = recv_reply(st->events_fd, &hello, &st->helper_pidfd, MSG_DONTWAIT);
   if (n > 0 && hello.type == HELPER_HELLO && st->helper_pidfd >= 0) {
     if (hello.tag == helper_build_id()) return 0;
+    char exe[PATH_MAX];
+    self_exe(exe, sizeof exe);
     snprintf(msg, msglen, "the sandbox helper %s is not the running provider's build "
-             "(was the provider rebuilt since it started? restart it)", self_exe());
+             "(was the provider rebuilt since it started? restart it)", exe);
   }
   if (st->helper_pidfd >= 0) close(st->helper_pidfd);
   st->helper_pidfd = -1;
   return -1;
 }
 
-/* The provider's own executable, bound into the sandbox as the helper. */
-static const char *self_exe(void) {
-  static char path[4096];
-  if (!path[0]) {
-    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
-    path[n > 0 ? n : 0] = '\0';
-  }
-  return path;
-}
-
 static pid_t start_bwrap(session *s, int control, int events, int errfd) {
   static char *const command[] = {SANDBOX_HELPER, "helper", NULL};
   static char *const env[] = {"PATH=/usr/bin:/bin", NULL};
+  char exe[PATH_MAX];
+  self_exe(exe, sizeof exe);
   bwrap_layout layout = {.profile = s->profile, .workspace_host = s->workspace_host,
-                         .tmp_host = s->tmp_host, .helper_exe = self_exe(), .command = command};
+                         .tmp_host = s->tmp_host, .helper_exe = exe, .command = command};
   argvec argv = {0};
   bwrap_args_build(&argv, bwrap_program(), &layout);
   spawn_spec spec = {.argv = argv.v, .envp = env, .fd_in = control, .fd_out = events, .fd_err = errfd};
-  pid_t pid = spawn_start(&spec);
+  pid_t pid = spawn_start(&provider_ctx()->spawn, &spec);
   argvec_clear(&argv);
   return pid;
 }
@@ -335,7 +335,7 @@ static void bwrap_close(session *s);
 
 /* The loop's handle for exits from the helper. Its data is the session. */
 static void watch_sandbox(session *s, bwrap_state *st) {
-  uv_poll_init(s->loop, &st->events_watch, st->events_fd);
+  uv_poll_init(provider_ctx()->loop, &st->events_watch, st->events_fd);
   st->events_watch.data = s;
   uv_poll_start(&st->events_watch, UV_READABLE, on_events);
   st->watching = true;

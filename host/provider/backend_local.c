@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "context.h"
 #include "disk_cap.h"
 #include "group_wait.h"
 #include "process.h"
@@ -60,8 +61,6 @@ typedef struct reaper {
   unsigned users;              /* open local sessions + watched children */
 } reaper;
 
-static reaper *the_reaper;
-
 static void on_child_ready(child_watch *w);
 
 static void on_reaper_ready(uv_poll_t *h, int status, int events) {
@@ -78,24 +77,30 @@ static void free_reaper(uv_handle_t *h) {
   free(r);
 }
 
-static int reaper_hold(uv_loop_t *loop) {
-  if (!the_reaper) {
+/* The reaper (the context's part, while it lives). */
+static reaper *the_reaper(void) {
+  return provider_ctx()->reaper;
+}
+
+static int reaper_hold(void) {
+  provider *ctx = provider_ctx();
+  if (!ctx->reaper) {
     int epfd = epoll_create1(EPOLL_CLOEXEC);
     if (epfd < 0) return -errno;
-    the_reaper = calloc(1, sizeof *the_reaper);
-    if (the_reaper == NULL) abort();   /* out of memory at the first exec: nothing could be reaped */
-    the_reaper->epfd = epfd;
-    uv_poll_init(loop, &the_reaper->poll, epfd);
-    uv_poll_start(&the_reaper->poll, UV_READABLE, on_reaper_ready);
+    ctx->reaper = ctx_alloc(sizeof *ctx->reaper);
+    ctx->reaper->epfd = epfd;
+    uv_poll_init(ctx->loop, &ctx->reaper->poll, epfd);
+    uv_poll_start(&ctx->reaper->poll, UV_READABLE, on_reaper_ready);
   }
-  the_reaper->users++;
+  ctx->reaper->users++;
   return 0;
 }
 
 static void reaper_release(void) {
-  if (--the_reaper->users > 0) return;
-  uv_close((uv_handle_t *)&the_reaper->poll, free_reaper);
-  the_reaper = NULL;
+  provider *ctx = provider_ctx();
+  if (--ctx->reaper->users > 0) return;
+  uv_close((uv_handle_t *)&ctx->reaper->poll, free_reaper);
+  ctx->reaper = NULL;
 }
 
 static void set_view(char **view, const char *host) {
@@ -104,7 +109,7 @@ static void set_view(char **view, const char *host) {
 }
 
 static int local_open(session *s, const char **code, char *msg, size_t msglen) {
-  int rc = reaper_hold(s->loop);
+  int rc = reaper_hold();
   if (rc < 0) {
     *code = "internal";
     snprintf(msg, msglen, "cannot watch processes: epoll_create1: %s", strerror(-rc));
@@ -112,7 +117,7 @@ static int local_open(session *s, const char **code, char *msg, size_t msglen) {
   }
   set_view(&s->workspace_view, s->workspace_host);
   set_view(&s->tmp_view, s->tmp_host);
-  s->backend_data = calloc(1, sizeof(local_state));
+  s->backend_data = ctx_alloc(sizeof(local_state));
   return 0;
 }
 
@@ -127,7 +132,7 @@ static void on_child_ready(child_watch *w) {
   pid_t rc = w->reaped ? w->pid : waitpid(w->pid, &wstatus, WNOHANG);
   if (rc == 0 || (rc < 0 && errno == EINTR)) return;   /* not yet: poll again */
   if (rc < 0) wstatus = 0;   /* cannot happen for our own child; report a plain exit */
-  epoll_ctl(the_reaper->epfd, EPOLL_CTL_DEL, w->pidfd, NULL);
+  epoll_ctl(the_reaper()->epfd, EPOLL_CTL_DEL, w->pidfd, NULL);
   close(w->pidfd);
   strays_disown(w->pid);
   proc *p = w->p;
@@ -135,7 +140,7 @@ static void on_child_ready(child_watch *w) {
   if (p) unlink_watch(p->session, w);
   free(w);
   reaper_release();
-  relay_sched_idle();
+  relay_sched_idle(&provider_ctx()->sched);
   if (!p) return;
   session *s = p->session;   /* p may be forgotten by proc_exited */
   if (rc == pid) session_group_leader_reaped(s, pid);
@@ -167,14 +172,15 @@ static int watch_child(session *s, proc *p, pid_t pid) {
   int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
   if (pidfd < 0) return -errno;
   child_watch *w = calloc(1, sizeof *w);
+  if (!w) abort();
   struct epoll_event ev = {.events = EPOLLIN, .data.ptr = w};
-  if (epoll_ctl(the_reaper->epfd, EPOLL_CTL_ADD, pidfd, &ev) < 0) {
+  if (epoll_ctl(the_reaper()->epfd, EPOLL_CTL_ADD, pidfd, &ev) < 0) {
     int err = errno;
     close(pidfd);
     free(w);
     return -err;
   }
-  the_reaper->users++;
+  the_reaper()->users++;
   strays_own(pid);
   w->pidfd = pidfd;
   w->pid = pid;
@@ -189,14 +195,15 @@ static int watch_child(session *s, proc *p, pid_t pid) {
 static int local_start(session *s, proc *p, const spawn_spec *spec) {
   int allowed = disk_watch_allows_start(s);
   if (allowed < 0) return allowed;
-  relay_sched_busy();   /* before the spawn: the command inherits SCHED_OTHER */
-  pid_t pid = spawn_start(spec);
-  if (pid < 0) { relay_sched_idle(); return pid; }
+  provider *ctx = provider_ctx();
+  relay_sched_busy(&ctx->sched);   /* before the spawn: the command inherits SCHED_OTHER */
+  pid_t pid = spawn_start(&ctx->spawn, spec);
+  if (pid < 0) { relay_sched_idle(&ctx->sched); return pid; }
   int rc = watch_child(s, p, pid);
   if (rc < 0) {   /* no pidfd: we could never learn of its exit, so do not keep it */
     kill(-pid, SIGKILL);
     waitpid(pid, NULL, 0);
-    relay_sched_idle();
+    relay_sched_idle(&ctx->sched);
     return rc;
   }
   p->pid = pid;

@@ -20,14 +20,18 @@
 #include <unistd.h>
 
 #include "bwrap_args.h"
+#include "context.h"
 #include "spawn.h"
 
 /* A probe that takes longer than this is as good as broken. */
 #define PROBE_TIMEOUT_MS 10000
 
-static bool probed, usable;
-static char reason[768];
-static char program[4096];
+/* What the probe found, kept for the provider's lifetime (the context's part). */
+typedef struct bwrap_probe {
+  bool usable;
+  char reason[768];
+  char program[4096];
+} bwrap_probe;
 
 /* ====================================================== finding bwrap */
 
@@ -37,17 +41,17 @@ static bool is_executable_file(const char *path) {
 }
 
 /* $SMOLWF_BWRAP, else the first executable `bwrap` in $PATH; false if none. */
-static bool find_program(void) {
+static bool find_program(char *program, size_t size) {
   const char *forced = getenv("SMOLWF_BWRAP");
   if (forced && *forced) {
-    snprintf(program, sizeof program, "%s", forced);
+    snprintf(program, size, "%s", forced);
     return forced[0] == '/' && is_executable_file(program);
   }
   const char *path = getenv("PATH");
   for (const char *dir = path ? path : ""; *dir; ) {
     size_t len = strcspn(dir, ":");
     if (len > 0 && dir[0] == '/') {
-      snprintf(program, sizeof program, "%.*s/bwrap", (int)len, dir);
+      snprintf(program, size, "%.*s/bwrap", (int)len, dir);
       if (is_executable_file(program)) return true;
     }
     dir += len + (dir[len] == ':');
@@ -71,7 +75,7 @@ static void read_stderr(int fd, char *buf, size_t size) {
 }
 
 /* Runs the probe sandbox; returns its wait status (or -errno) with its stderr in out. */
-static int run_probe(char *out, size_t outlen) {
+static int run_probe(const char *program, char *out, size_t outlen) {
   static char *const command[] = {"true", NULL};
   static char *const env[] = {"PATH=/usr/bin:/bin", NULL};
   profile plain = {.name = "bwrap/default", .isolation = ISOLATION_NAMESPACES};   /* no binds, no network */
@@ -81,7 +85,7 @@ static int run_probe(char *out, size_t outlen) {
   int pipefd[2];
   if (pipe2(pipefd, O_CLOEXEC) < 0) { argvec_clear(&argv); return -errno; }
   spawn_spec spec = {.argv = argv.v, .envp = env, .fd_in = -1, .fd_out = -1, .fd_err = pipefd[1]};
-  pid_t pid = spawn_start(&spec);
+  pid_t pid = spawn_start(&provider_ctx()->spawn, &spec);
   close(pipefd[1]);
   argvec_clear(&argv);
   out[0] = '\0';
@@ -123,45 +127,58 @@ static const char *first_line(char *text) {
   return strncmp(text, "bwrap: ", 7) == 0 ? text + 7 : text;
 }
 
-static void explain_failure(int status, char *said) {
+static void explain_failure(bwrap_probe *b, int status, char *said) {
   const char *off = userns_switch_off();
   if (off)
-    snprintf(reason, sizeof reason, "%s; bwrap says: %.500s", off, first_line(said));
+    snprintf(b->reason, sizeof b->reason, "%s; bwrap says: %.500s", off, first_line(said));
   else if (status < 0)
-    snprintf(reason, sizeof reason, "cannot start %.500s: %s", program, strerror(-status));
+    snprintf(b->reason, sizeof b->reason, "cannot start %.500s: %s", b->program, strerror(-status));
   else if (*said)
-    snprintf(reason, sizeof reason, "bwrap cannot create a sandbox here: %.600s", first_line(said));
+    snprintf(b->reason, sizeof b->reason, "bwrap cannot create a sandbox here: %.600s", first_line(said));
   else
-    snprintf(reason, sizeof reason, "bwrap cannot create a sandbox here (%s %d)",
+    snprintf(b->reason, sizeof b->reason, "bwrap cannot create a sandbox here (%s %d)",
              WIFSIGNALED(status) ? "killed by signal" : "exit status",
              WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
 }
 
-static void probe(void) {
-  if (!find_program()) {
-    snprintf(reason, sizeof reason, "%s",
+static void probe(bwrap_probe *b) {
+  if (!find_program(b->program, sizeof b->program)) {
+    snprintf(b->reason, sizeof b->reason, "%s",
              getenv("SMOLWF_BWRAP") && *getenv("SMOLWF_BWRAP")
                ? "bubblewrap not found at $SMOLWF_BWRAP"
                : "bubblewrap (bwrap) is not installed or not in PATH");
     return;
   }
   char said[1024];
-  int status = run_probe(said, sizeof said);
-  usable = status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-  if (!usable) explain_failure(status, said);
+  int status = run_probe(b->program, said, sizeof said);
+  b->usable = status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (!b->usable) explain_failure(b, status, said);
 }
 
 /* ====================================================== public API */
 
-bool bwrap_usable(const char **why) {
-  if (!probed) {
-    probe();
-    probed = true;
+static const bwrap_probe *probed(void) {
+  provider *ctx = provider_ctx();
+  if (!ctx->bwrap) {
+    ctx->bwrap = ctx_alloc(sizeof *ctx->bwrap);
+    probe(ctx->bwrap);
   }
-  if (why) *why = usable ? NULL : reason;
-  return usable;
+  return ctx->bwrap;
+}
+
+bool bwrap_usable(const char **why) {
+  const bwrap_probe *b = probed();
+  if (why) *why = b->usable ? NULL : b->reason;
+  return b->usable;
 }
 
 const char *bwrap_program(void) {
-  return bwrap_usable(NULL) ? program : NULL;
+  const bwrap_probe *b = probed();
+  return b->usable ? b->program : NULL;
+}
+
+void bwrap_probe_free(void) {
+  provider *ctx = provider_ctx();
+  free(ctx->bwrap);
+  ctx->bwrap = NULL;
 }

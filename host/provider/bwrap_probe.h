@@ -23,4 +23,7 @@ bool bwrap_usable(const char **why);
 /* The absolute path of the bwrap program; NULL unless bwrap_usable(). */
 const char *bwrap_program(void);
 
+/* Forgets the answer (at exit). */
+void bwrap_probe_free(void);
+
 #endif

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "context.h"
 #include "process.h"
 #include "session.h"
 
@@ -92,15 +93,9 @@ typedef struct disk_watch {
 
 void disk_watch_open(session *s) {
   if (!s->profile->limits.disk_bytes || s->disk) return;
-  s->disk = calloc(1, sizeof *s->disk);
-  uv_timer_init(s->loop, &s->disk->timer);
+  s->disk = ctx_alloc(sizeof *s->disk);
+  uv_timer_init(provider_ctx()->loop, &s->disk->timer);
   s->disk->timer.data = s;
-}
-
-static bool any_running(const session *s) {
-  for (const proc *p = s->procs; p; p = p->next)
-    if (!p->exited && p->pid > 0) return true;
-  return false;
 }
 
 /* Over the allowance: every running command of the session is killed. */
@@ -112,8 +107,7 @@ static void check(session *s) {
             "killing its commands\n", s->id, (unsigned long long)used,
             (unsigned long long)s->profile->limits.disk_bytes);
   s->disk->over = true;
-  for (proc *p = s->procs; p; p = p->next)
-    if (!p->exited && p->pid > 0) s->backend->signal(s, p, SIGKILL);
+  procs_signal_running(s, SIGKILL);
 }
 
 static void on_timer(uv_timer_t *t) {
@@ -124,7 +118,7 @@ void disk_watch_changed(session *s, bool exited) {
   disk_watch *w = s->disk;
   if (!w) return;
   if (exited) check(s);
-  bool running = any_running(s);
+  bool running = procs_running(s);
   if (running && !uv_is_active((uv_handle_t *)&w->timer))
     uv_timer_start(&w->timer, on_timer, DISK_CHECK_MS, DISK_CHECK_MS);
   else if (!running)

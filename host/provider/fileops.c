@@ -1,16 +1,17 @@
 /*
-** File operations of a session: part 1 (create_dir_all, write_file,
-** read_file, remove, create_temp_dir) and fs_extra (stat, list_dir, ranged
-** reads, appends, modes). Every path goes through paths.c, so nothing here
-** can reach outside the session's workspace and temp area.
+** The file methods (see fileops.h). Every path goes through paths.c, so
+** nothing here can reach outside the session's workspace and temp area.
 **
 ** They run synchronously on the loop: each touches one file or directory,
 ** and a large file moves in ranged chunks chosen by the client.
 */
 #define _GNU_SOURCE
+#include "fileops.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -18,9 +19,9 @@
 #include <unistd.h>
 
 #include "disk_cap.h"
-#include "methods.h"
+#include "params.h"
 #include "paths.h"
-#include "workspace.h"
+#include "tree.h"
 
 /* One read_file answer at most: its base64 must fit the host's line cap (256 MiB). */
 #define MAX_READ (128u * 1024 * 1024)

@@ -1,6 +1,6 @@
 /*
 ** smolwf-provider: the bundled sandbox provider.
-**   smolwf-provider serve [--profiles FILE]   JSON Lines on stdin/stdout (PROTOCOL.md)
+**   smolwf-provider serve [--profiles FILE]   JSON Lines on stdin/stdout (docs/protocol.md)
 **   smolwf-provider helper                    internal: runs inside a bubblewrap session
 */
 #define _GNU_SOURCE
@@ -10,10 +10,14 @@
 #include <string.h>
 #include <uv.h>
 
+#include "bwrap_probe.h"
+#include "context.h"
+#include "process.h"
 #include "profile.h"
 #include "relay_sched.h"
 #include "sandbox_helper.h"
 #include "server.h"
+#include "session.h"
 #include "strays.h"
 
 static const char usage[] =
@@ -54,16 +58,22 @@ static int serve(int argc, char **argv) {
   }
   /* A host that goes away must show up as a write error, not kill us before cleanup. */
   signal(SIGPIPE, SIG_IGN);
-  relay_sched_enter();
+  provider *ctx = provider_ctx();
+  relay_sched_enter(&ctx->sched);
+  spawn_setup_init(&ctx->spawn, &ctx->sched);
   strays_init();
-  uv_loop_t *loop = uv_default_loop();
-  int rc = server_init(loop) < 0 ? 1 : 0;
-  if (rc == 0) uv_run(loop, UV_RUN_DEFAULT);
-  server_cleanup();
+  ctx->loop = uv_default_loop();
+  int rc = server_start(ctx->loop) < 0 ? 1 : 0;
+  if (rc == 0) uv_run(ctx->loop, UV_RUN_DEFAULT);
+  server_free();
   /* no process of ours outlives us: what no session claimed goes too */
   strays_kill_all(1000);
   strays_reap();
-  uv_loop_close(loop);
+  uv_loop_close(ctx->loop);
+  procs_free();
+  sessions_free();
+  strays_free();
+  bwrap_probe_free();
   profiles_free();
   return rc;
 }

@@ -1,38 +1,17 @@
 /*
-** The protocol's methods, one handler each. A handler answers its request
-** exactly once (reply_* in server.h), before returning or later.
-** Handlers with a session get it already looked up from params.session.
+** The method table: a request's method name to its handler (every
+** method of docs/protocol.md but `shutdown`, which is the server's).
+** Methods that work on a session get it looked up here from
+** params.session, so each of their handlers starts with a live session.
 */
 #ifndef SMOL_METHODS_H
 #define SMOL_METHODS_H
 
 #include <cjson/cJSON.h>
-#include "server.h"
-#include "session.h"
 
-/* session.c */
-void method_open(request *r, const cJSON *params);
-void method_close(request *r, const cJSON *params);
-void method_shutdown(request *r, const cJSON *params);
-void method_describe(request *r, const cJSON *params);
+#include "reply.h"
 
-/* fileops.c */
-void method_create_dir_all(request *r, session *s, const cJSON *params);
-void method_write_file(request *r, session *s, const cJSON *params);
-void method_read_file(request *r, session *s, const cJSON *params);
-void method_remove(request *r, session *s, const cJSON *params);
-void method_create_temp_dir(request *r, session *s, const cJSON *params);
-void method_stat(request *r, session *s, const cJSON *params);
-void method_list_dir(request *r, session *s, const cJSON *params);
-
-/* process.c */
-void method_exec(request *r, session *s, const cJSON *params);
-void method_spawn(request *r, session *s, const cJSON *params);
-void method_wait(request *r, session *s, const cJSON *params);
-void method_kill(request *r, session *s, const cJSON *params);
-void method_write_stdin(request *r, session *s, const cJSON *params);
-
-/* Runs the handler for r->method with params (dispatch.c). */
-void dispatch(request *r, const cJSON *params);
+/* Runs the handler of r->method with params (NULL when the request has none); unknown ones get unknown_method. */
+void methods_dispatch(request *r, const cJSON *params);
 
 #endif

@@ -1,35 +1,14 @@
 /*
-** Parameter readers and failures (see params.h).
+** Parameter readers (see params.h).
 */
 #define _GNU_SOURCE
-#include <errno.h>
+#include "params.h"
+
 #include <math.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base64.h"
-#include "errcodes.h"
-#include "params.h"
-
-bool fail(failure *f, const char *code, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  f->code = code;
-  vsnprintf(f->message, sizeof f->message, fmt, ap);
-  va_end(ap);
-  return false;
-}
-
-bool fail_errno(failure *f, int err, const char *what, const char *path) {
-  const char *code = errno_code(err);
-  /* openat2 refuses a path that leaves the area with EXDEV; links it may not follow give ELOOP. */
-  if (err == EXDEV) return fail(f, code, "%s `%s`: path leaves the sandbox", what, path);
-  if (err == ELOOP)
-    return fail(f, code, "%s `%s`: a symbolic link on the path leads out of the sandbox or may not be followed", what, path);
-  return fail(f, code, "%s `%s`: %s", what, path, strerror(err));
-}
 
 static const cJSON *field_value(const cJSON *obj, const char *field) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, field);

@@ -1,28 +1,15 @@
 /*
-** Reading request parameters with errors that name the method and field,
-** and the failure value every handler fills when it cannot do its job.
+** Reading request parameters, with failures that name the field.
 */
 #ifndef SMOL_PARAMS_H
 #define SMOL_PARAMS_H
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
-/* Why a request failed: a protocol error code and a message for people. */
-typedef struct failure {
-  const char *code;
-  char message[1024];
-} failure;
-
-/* Fills f and returns false, so a check can end with `return fail(...)`. */
-bool fail(failure *f, const char *code, const char *fmt, ...)
-  __attribute__((format(printf, 3, 4)));
-
-/* Fills f from an errno value, naming what and path: "read_file `a/b`: ...". */
-bool fail_errno(failure *f, int err, const char *what, const char *path);
-
-#include "errcodes.h"   /* errno_code: the protocol error code for an errno value */
+#include "failure.h"
 
 /*
 ** Field readers. `optional` fields may be absent or null (then *out keeps

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "paths.h"
+#include "context.h"
 
 /* openat2 answers EAGAIN when a rename raced with a ".." walk; retrying is what the kernel asks. */
 #define OPENAT2_RETRIES 16
@@ -48,12 +49,11 @@ static int open_walking(int dirfd, const char *rel, int flags, mode_t mode) {
   return -errno;
 }
 
-/* Set when the kernel lacks openat2, or by SMOLWF_PROVIDER_NO_OPENAT2=1 (to test the walk). */
-static int use_walk = -1;
-
+/* The walk is used when the kernel lacks openat2, or with SMOLWF_PROVIDER_NO_OPENAT2=1 (to test it). */
 int open_beneath(int dirfd, const char *rel, int flags, mode_t mode) {
-  if (use_walk < 0) use_walk = getenv("SMOLWF_PROVIDER_NO_OPENAT2") != NULL;
-  if (use_walk) return open_walking(dirfd, rel, flags, mode);
+  int *openat2 = &provider_ctx()->openat2;
+  if (*openat2 == 0) *openat2 = getenv("SMOLWF_PROVIDER_NO_OPENAT2") ? -1 : 1;
+  if (*openat2 < 0) return open_walking(dirfd, rel, flags, mode);
   struct open_how how = {
     .flags = (unsigned)(flags | O_CLOEXEC),
     .mode = (flags & O_CREAT) ? mode : 0,
@@ -62,7 +62,7 @@ int open_beneath(int dirfd, const char *rel, int flags, mode_t mode) {
   for (int i = 0; i < OPENAT2_RETRIES; i++) {
     long fd = syscall(SYS_openat2, dirfd, rel, &how, sizeof how);
     if (fd >= 0) return (int)fd;
-    if (errno == ENOSYS) { use_walk = 1; return open_walking(dirfd, rel, flags, mode); }
+    if (errno == ENOSYS) { *openat2 = -1; return open_walking(dirfd, rel, flags, mode); }
     if (errno != EAGAIN && errno != EINTR) return -errno;
   }
   return -EAGAIN;

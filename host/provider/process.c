@@ -1,14 +1,16 @@
 /*
-** exec, spawn, wait, kill, write_stdin (see process.h).
+** Processes (see process.h).
 **
 ** Output flows from a command's pipes either to the request it is owed to
 ** (an exec, or a wait on a spawned process: streamed as events and copied
 ** into the result up to max_output_bytes) or, for a spawned process nobody
 ** waits on, into a 1 MiB ring per stream whose oldest bytes give way.
-** Streaming output pauses while the server's reply queue is congested;
+** Streaming output pauses while the wire is congested (procs_set_paused);
 ** buffered output never pauses (the ring drops instead).
 */
 #define _GNU_SOURCE
+#include "process.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -19,13 +21,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "methods.h"
-#include "paths.h"
-#include "process.h"
+#include "context.h"
+#include "signames.h"
 
-/* Also the most a request may ask for: both streams' base64 must fit the host's 256 MiB line cap. */
-#define DEFAULT_MAX_OUTPUT (64ull * 1024 * 1024)
-#define DEFAULT_GRACE_MS 2000
 #define SPAWN_BUFFER (1024 * 1024)
 #define PIPE_SIZE (1024 * 1024)
 /* The kernel's default pipe size: a read this large found the pipe full. */
@@ -33,7 +31,6 @@
 /* A whole pipe's worth per read: fewer reads and wakeups; deliver() cuts it into events. */
 #define READ_BUFFER PIPE_SIZE
 #define EVENT_CHUNK (256 * 1024)
-#define BASE_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 /*
 ** How long an exec's `started` may wait for company (see hold_started).
 ** Longer than a scheduler tick (4 ms at HZ=250) on purpose: a timer due
@@ -44,61 +41,23 @@
 */
 #define STARTED_HOLD_MS 5
 
-static unsigned long next_proc;
-static bool output_paused;
-/* Read callbacks copy every chunk out at once, so one buffer serves every pipe. */
-static char read_buffer[READ_BUFFER];
+/* The process table (the context's part). */
+typedef struct proc_table {
+  proc *first;             /* every proc not yet forgotten */
+  unsigned long next_id;
+  bool paused;             /* the wire is congested */
+  int null_fd;             /* /dev/null + 1 (0: not opened yet), see null_stdin */
+  rlim_t fd_half;          /* half our descriptor limit (0: not read yet), see fds_to_spare */
+  /* Read callbacks copy every chunk out at once, so one buffer serves every pipe. */
+  char read_buffer[READ_BUFFER];
+} proc_table;
 
-/* Options of exec and spawn, read from the request. */
-typedef struct start_opts {
-  char **argv;
-  char **envp;
-  char cwd[PATH_MAX];
-  char *stdin_data;
-  size_t stdin_len;
-  bool has_stdin;
-  uint64_t timeout_ms, idle_timeout_ms, grace_ms, max_output;
-} start_opts;
+static proc_table *table(void) {
+  return CTX_PART(procs);
+}
 
 static void update_reading(proc *p);
-static void maybe_finish(proc *p);
 static void flush_started(proc *p);
-
-/* ===== byte buffers ===== */
-
-static void bytes_append(bytes *b, const char *data, size_t n) {
-  if (n == 0) return;
-  if (b->len + n > b->cap) {
-    size_t cap = b->cap ? b->cap : 64 * 1024;
-    while (cap < b->len + n) cap *= 2;
-    b->data = realloc(b->data, cap);
-    b->cap = cap;
-  }
-  memcpy(b->data + b->len, data, n);
-  b->len += n;
-}
-
-static void bytes_free(bytes *b) {
-  free(b->data);
-  memset(b, 0, sizeof *b);
-}
-
-static void ring_push(ring *r, const char *data, size_t n) {
-  if (!r->data) { r->cap = SPAWN_BUFFER; r->data = malloc(r->cap); }
-  if (n > r->cap) { r->dropped += n - r->cap; data += n - r->cap; n = r->cap; }
-  size_t over = r->len + n > r->cap ? r->len + n - r->cap : 0;
-  r->head = (r->head + over) % r->cap;   /* oldest bytes give way */
-  r->len -= over;
-  r->dropped += over;
-  for (size_t done = 0; done < n;) {
-    size_t at = (r->head + r->len) % r->cap;
-    size_t room = at >= r->head ? r->cap - at : r->head - at;
-    size_t k = n - done < room ? n - done : room;
-    memcpy(r->data + at, data + done, k);
-    r->len += k;
-    done += k;
-  }
-}
 
 /* ===== sending output ===== */
 
@@ -119,7 +78,7 @@ static void deliver(proc *p, outstream *o, const char *data, size_t n) {
     for (size_t done = 0; done < n; done += EVENT_CHUNK)
       send_chunk(p, o, data + done, n - done < EVENT_CHUNK ? n - done : EVENT_CHUNK);
   } else if (p->session) {
-    ring_push(&o->buffered, data, n);
+    ring_push(&o->buffered, SPAWN_BUFFER, data, n);
   }
 }
 
@@ -147,8 +106,8 @@ static void on_handle_closed(uv_handle_t *h) {
   if (--p->handles_open > 0) return;
   bytes_free(&p->out.captured);
   bytes_free(&p->err.captured);
-  free(p->out.buffered.data);
-  free(p->err.buffered.data);
+  ring_free(&p->out.buffered);
+  ring_free(&p->err.buffered);
   free(p);
 }
 
@@ -178,12 +137,12 @@ static void close_stdin(proc *p) {
 ** more matters more than a wake-up.
 */
 static bool fds_to_spare(int fd) {
-  static rlim_t half;
-  if (!half) {
+  proc_table *t = table();
+  if (!t->fd_half) {
     struct rlimit rl;
-    half = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? rl.rlim_cur / 2 : 1024;
+    t->fd_half = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? rl.rlim_cur / 2 : 1024;
   }
-  return (rlim_t)fd < half;
+  return (rlim_t)fd < t->fd_half;
 }
 
 /*
@@ -199,10 +158,20 @@ static void release_write_ends(proc *p) {
     if (p->write_ends[i] >= 0) { close(p->write_ends[i]); p->write_ends[i] = -1; }
 }
 
+static void link_proc(proc *p) {
+  proc_table *t = table();
+  p->next = t->first;
+  p->prev = NULL;
+  if (t->first) t->first->prev = p;
+  t->first = p;
+}
+
 static void unlink_proc(proc *p) {
   if (!p->session) return;
-  for (proc **pp = &p->session->procs; *pp; pp = &(*pp)->next)
-    if (*pp == p) { *pp = p->next; break; }
+  if (p->prev) p->prev->next = p->next;
+  else table()->first = p->next;
+  if (p->next) p->next->prev = p->prev;
+  p->next = p->prev = NULL;
   p->session = NULL;
 }
 
@@ -217,9 +186,10 @@ static void proc_forget(proc *p) {
   for (size_t i = 0; i < 4; i++) close_handle(p, (uv_handle_t *)timers[i]);
 }
 
-static proc *proc_new(session *s, bool is_exec, const start_opts *o) {
+static proc *proc_new(session *s, bool is_exec, const proc_options *o) {
   proc *p = calloc(1, sizeof *p);
-  snprintf(p->id, sizeof p->id, "p%lu", ++next_proc);
+  if (!p) abort();
+  snprintf(p->id, sizeof p->id, "p%lu", ++table()->next_id);
   p->is_exec = is_exec;
   p->max_output = o->max_output;
   p->idle_ms = o->idle_timeout_ms;
@@ -228,11 +198,16 @@ static proc *proc_new(session *s, bool is_exec, const start_opts *o) {
   p->out.name = "stdout";
   p->err.name = "stderr";
   uv_timer_t *timers[] = {&p->wall_timer, &p->idle_timer, &p->grace_timer, &p->wait_timer};
-  for (size_t i = 0; i < 4; i++) { uv_timer_init(s->loop, timers[i]); p->handles_open++; }
+  for (size_t i = 0; i < 4; i++) { uv_timer_init(provider_ctx()->loop, timers[i]); p->handles_open++; }
   p->session = s;
-  p->next = s->procs;
-  s->procs = p;
+  link_proc(p);
   return p;
+}
+
+proc *procs_find(const session *s, const char *id) {
+  for (proc *p = table()->first; p; p = p->next)
+    if (p->session == s && strcmp(p->id, id) == 0) return p;
+  return NULL;
 }
 
 /* ===== results ===== */
@@ -310,8 +285,8 @@ void proc_exited(proc *p, int wait_status) {
 
 static void alloc_read(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   (void)h; (void)suggested;
-  buf->base = read_buffer;
-  buf->len = sizeof read_buffer;
+  buf->base = table()->read_buffer;
+  buf->len = READ_BUFFER;
 }
 
 /*
@@ -328,11 +303,11 @@ static void grow_pipe(outstream *o, size_t n) {
   if (uv_fileno((uv_handle_t *)&o->pipe, &fd) == 0) fcntl(fd, F_SETPIPE_SZ, PIPE_SIZE);
 }
 
-/* n bytes of output read into read_buffer. */
+/* n bytes of output read into the table's read buffer. */
 static void take_output(proc *p, outstream *o, size_t n) {
   if (p->idle_ms && !p->timed_out) uv_timer_again(&p->idle_timer);
   grow_pipe(o, n);
-  deliver(p, o, read_buffer, n);
+  deliver(p, o, table()->read_buffer, n);
 }
 
 static void on_output(uv_stream_t *stream, ssize_t n, const uv_buf_t *buf) {
@@ -357,11 +332,12 @@ static void on_output(uv_stream_t *stream, ssize_t n, const uv_buf_t *buf) {
 ** for the host (paused).
 */
 static void drain_stream(proc *p, outstream *o) {
+  proc_table *t = table();
   uv_os_fd_t fd;
-  if (!o->open || o->eof || (output_paused && p->req)) return;
+  if (!o->open || o->eof || (t->paused && p->req)) return;
   if (uv_fileno((uv_handle_t *)&o->pipe, &fd) != 0) return;
   for (int i = 0; i < DRAIN_READS; i++) {
-    ssize_t n = read(fd, read_buffer, sizeof read_buffer);
+    ssize_t n = read(fd, t->read_buffer, READ_BUFFER);
     if (n > 0) { take_output(p, o, (size_t)n); continue; }
     if (n == 0 || (errno != EAGAIN && errno != EINTR)) close_stream(p, o);
     return;
@@ -370,7 +346,7 @@ static void drain_stream(proc *p, outstream *o) {
 
 /* Reads while the output has somewhere to go: always into the ring, into a request unless paused. */
 static void update_reading(proc *p) {
-  bool paused = output_paused && p->req;
+  bool paused = table()->paused && p->req;
   outstream *streams[] = {&p->out, &p->err};
   for (size_t i = 0; i < 2; i++) {
     outstream *o = streams[i];
@@ -387,23 +363,20 @@ static void update_reading(proc *p) {
   }
 }
 
-static void set_paused(bool on) {
-  output_paused = on;
-  for (session *s = session_first(); s; s = s->next)
-    for (proc *p = s->procs; p; p = p->next) update_reading(p);
+void procs_set_paused(bool on) {
+  table()->paused = on;
+  for (proc *p = table()->first; p; p = p->next) update_reading(p);
 }
-
-void procs_pause_output(void) { set_paused(true); }
-void procs_resume_output(void) { set_paused(false); }
 
 /* ===== timeouts ===== */
 
-static void signal_proc(proc *p, int signo) {
-  if (p->session && p->pid > 0) p->session->backend->signal(p->session, p, signo);
+int proc_signal(proc *p, int signo) {
+  if (!p->session || p->pid <= 0) return 0;
+  return p->session->backend->signal(p->session, p, signo);
 }
 
 static void on_grace_over(uv_timer_t *t) {
-  signal_proc(t->data, SIGKILL);
+  proc_signal(t->data, SIGKILL);
 }
 
 static void time_out(proc *p, const char *which) {
@@ -411,7 +384,7 @@ static void time_out(proc *p, const char *which) {
   p->timed_out = which;
   uv_timer_stop(&p->wall_timer);
   uv_timer_stop(&p->idle_timer);
-  signal_proc(p, SIGTERM);
+  proc_signal(p, SIGTERM);
   p->grace_timer.data = p;
   uv_timer_start(&p->grace_timer, on_grace_over, p->grace_ms, 0);
 }
@@ -419,122 +392,14 @@ static void time_out(proc *p, const char *which) {
 static void on_wall_timeout(uv_timer_t *t) { time_out(t->data, "wall"); }
 static void on_idle_timeout(uv_timer_t *t) { time_out(t->data, "idle"); }
 
-static void start_timers(proc *p, const start_opts *o) {
+static void start_timers(proc *p, const proc_options *o) {
   p->wall_timer.data = p->idle_timer.data = p;
   if (o->timeout_ms) uv_timer_start(&p->wall_timer, on_wall_timeout, o->timeout_ms, 0);
   /* repeat = idle: uv_timer_again() restarts the countdown at each output chunk. */
   if (o->idle_timeout_ms) uv_timer_start(&p->idle_timer, on_idle_timeout, o->idle_timeout_ms, o->idle_timeout_ms);
 }
 
-/* ===== environment ===== */
-
-/* Sets KEY=VALUE in env (n entries, room for one more), replacing an entry with the same key. */
-static void env_set(char **env, size_t *n, const char *key, size_t keylen, const char *value) {
-  size_t vlen = strlen(value);
-  char *entry = malloc(keylen + vlen + 2);
-  if (!entry) abort();
-  memcpy(entry, key, keylen);
-  entry[keylen] = '=';
-  memcpy(entry + keylen + 1, value, vlen + 1);
-  for (size_t i = 0; i < *n; i++)
-    if (strncmp(env[i], key, keylen) == 0 && env[i][keylen] == '=') { free(env[i]); env[i] = entry; return; }
-  env[(*n)++] = entry;
-}
-
-/* Base (PATH, HOME, LANG, TMPDIR) + the profile's + the request's: nothing of the provider's own. */
-static bool build_env(const session *s, const cJSON *params, char ***out, failure *f) {
-  const cJSON *req = NULL;
-  if (!param_object(params, "env", &req, f)) return false;
-  size_t cap = 5 + (size_t)cJSON_GetArraySize(req), n = 0;
-  for (char **e = s->profile->env; e && *e; e++) cap++;
-  char **env = calloc(cap, sizeof *env);
-  env_set(env, &n, "PATH", 4, BASE_PATH);
-  env_set(env, &n, "HOME", 4, s->workspace_view);
-  env_set(env, &n, "LANG", 4, "C.UTF-8");
-  env_set(env, &n, "TMPDIR", 6, s->tmp_view);
-  for (char **e = s->profile->env; e && *e; e++) env_set(env, &n, *e, strcspn(*e, "="), strchr(*e, '=') + 1);
-  const cJSON *item;
-  cJSON_ArrayForEach(item, req) {
-    if (!cJSON_IsString(item) || !*item->string || strchr(item->string, '=')) {
-      strv_free(env);
-      return fail(f, "invalid_request", "field `env`: entry `%s` must be a string under a name without `=`", item->string);
-    }
-    env_set(env, &n, item->string, strlen(item->string), item->valuestring);
-  }
-  *out = env;
-  return true;
-}
-
-/* ===== starting ===== */
-
-static void opts_free(start_opts *o) {
-  strv_free(o->argv);
-  strv_free(o->envp);
-  free(o->stdin_data);
-}
-
-static bool parse_cwd(const session *s, const cJSON *params, start_opts *o, failure *f) {
-  const char *cwd = NULL;
-  if (!param_string(params, "cwd", true, &cwd, f)) return false;
-  if (!cwd) { snprintf(o->cwd, sizeof o->cwd, "%s", s->cwd_view); return true; }
-  resolved p;
-  if (!path_resolve(s, "cwd", cwd, &p, f)) return false;
-  int fd = path_open(&p, O_PATH | O_DIRECTORY, 0);
-  if (fd < 0) return fail_errno(f, -fd, "cwd", cwd);
-  close(fd);
-  snprintf(o->cwd, sizeof o->cwd, "%s", p.view);
-  return true;
-}
-
-static bool parse_opts(const session *s, const cJSON *params, start_opts *o, failure *f) {
-  memset(o, 0, sizeof *o);
-  o->grace_ms = DEFAULT_GRACE_MS;
-  o->max_output = DEFAULT_MAX_OUTPUT;
-  const cJSON *stdin_field = cJSON_GetObjectItemCaseSensitive(params, "stdin_base64");
-  o->has_stdin = stdin_field && !cJSON_IsNull(stdin_field);
-  return param_strv(params, "argv", &o->argv, f) && parse_cwd(s, params, o, f) &&
-         build_env(s, params, &o->envp, f) &&
-         param_base64(params, "stdin_base64", &o->stdin_data, &o->stdin_len, f) &&
-         param_uint(params, "timeout_ms", &o->timeout_ms, f) &&
-         param_uint(params, "idle_timeout_ms", &o->idle_timeout_ms, f) &&
-         param_uint(params, "kill_grace_ms", &o->grace_ms, f) &&
-         param_uint(params, "max_output_bytes", &o->max_output, f) &&
-         (o->max_output <= DEFAULT_MAX_OUTPUT ||
-          fail(f, "invalid_request", "field `max_output_bytes`: at most %llu (the result must fit in one line)",
-               DEFAULT_MAX_OUTPUT));
-}
-
-/*
-** A command that reads no stdin gets the provider's /dev/null (an empty,
-** closed stdin, as the protocol asks) instead of a pipe of its own: one
-** pipe2 and two closes fewer per exec. Opened once, kept for good.
-*/
-static int null_stdin(void) {
-  static int fd = -1;
-  if (fd < 0) fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  return fd;
-}
-
-/* Pipes for stdout and stderr, and for stdin only when want_stdin (fds[0] stays -1 otherwise). */
-static int make_pipes(int fds[3][2], bool want_stdin) {
-  for (int i = 0; i < 3; i++) fds[i][0] = fds[i][1] = -1;
-  for (int i = want_stdin ? 0 : 1; i < 3; i++)
-    if (pipe2(fds[i], O_CLOEXEC) < 0) return -errno;
-  return 0;
-}
-
-static void close_fds(int fds[3][2], int end) {
-  for (int i = 0; i < 3; i++)
-    if (fds[i][end] >= 0) { close(fds[i][end]); fds[i][end] = -1; }
-}
-
-static void open_stream(proc *p, outstream *o, int fd) {
-  uv_pipe_init(p->session->loop, &o->pipe, 0);
-  uv_pipe_open(&o->pipe, fd);
-  o->pipe.data = p;
-  o->open = true;
-  p->handles_open++;
-}
+/* ===== stdin ===== */
 
 /* One write to a command's stdin; its request (write_stdin) is answered when it is done. */
 typedef struct stdin_write {
@@ -564,6 +429,7 @@ static void on_stdin_written(uv_write_t *req, int status) {
 /* Queues data (taken over) to the command's stdin; r, if any, is answered once it is written. */
 static void queue_stdin(proc *p, char *data, size_t len, request *r) {
   stdin_write *w = calloc(1, sizeof *w);
+  if (!w) abort();
   *w = (stdin_write){.p = p, .data = data, .len = len, .r = r};
   stdin_write **tail = &p->writes;
   while (*tail) tail = &(*tail)->next;
@@ -574,13 +440,59 @@ static void queue_stdin(proc *p, char *data, size_t len, request *r) {
   if (rc < 0) on_stdin_written(&w->req, rc);
 }
 
+bool proc_stdin_open(const proc *p) {
+  return p->in_open && !p->in_eof;
+}
+
+void proc_write_stdin(proc *p, char *data, size_t len, bool eof, request *r) {
+  if (eof) p->in_eof = true;
+  if (len) { queue_stdin(p, data, len, r); return; }
+  free(data);
+  if (p->in_eof && p->in_pending == 0) close_stdin(p);
+  reply_result(r, cJSON_CreateObject());
+}
+
+/* ===== starting ===== */
+
+/*
+** A command that reads no stdin gets the provider's /dev/null (an empty,
+** closed stdin, as the protocol asks) instead of a pipe of its own: one
+** pipe2 and two closes fewer per exec. Opened once, kept for good.
+*/
+static int null_stdin(void) {
+  proc_table *t = table();
+  if (t->null_fd == 0) t->null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC) + 1;
+  return t->null_fd - 1;
+}
+
+/* Pipes for stdout and stderr, and for stdin only when want_stdin (fds[0] stays -1 otherwise). */
+static int make_pipes(int fds[3][2], bool want_stdin) {
+  for (int i = 0; i < 3; i++) fds[i][0] = fds[i][1] = -1;
+  for (int i = want_stdin ? 0 : 1; i < 3; i++)
+    if (pipe2(fds[i], O_CLOEXEC) < 0) return -errno;
+  return 0;
+}
+
+static void close_fds(int fds[3][2], int end) {
+  for (int i = 0; i < 3; i++)
+    if (fds[i][end] >= 0) { close(fds[i][end]); fds[i][end] = -1; }
+}
+
+static void open_stream(proc *p, outstream *o, int fd) {
+  uv_pipe_init(provider_ctx()->loop, &o->pipe, 0);
+  uv_pipe_open(&o->pipe, fd);
+  o->pipe.data = p;
+  o->open = true;
+  p->handles_open++;
+}
+
 /* Parent ends of the pipes into uv handles; stdin's only when it is a pipe. */
 static void attach_pipes(proc *p, int fds[3][2]) {
   open_stream(p, &p->out, fds[1][0]);
   open_stream(p, &p->err, fds[2][0]);
   fds[1][0] = fds[2][0] = -1;
   if (fds[0][1] < 0) return;
-  uv_pipe_init(p->session->loop, &p->in, 0);
+  uv_pipe_init(provider_ctx()->loop, &p->in, 0);
   uv_pipe_open(&p->in, fds[0][1]);
   fds[0][1] = -1;
   p->in_open = true;
@@ -588,7 +500,7 @@ static void attach_pipes(proc *p, int fds[3][2]) {
 }
 
 /* Starts the command of o for p; -errno when no process could be made. */
-static int start_command(session *s, proc *p, start_opts *o, bool want_stdin) {
+static int start_command(session *s, proc *p, const proc_options *o, bool want_stdin) {
   int fds[3][2];
   int rc = make_pipes(fds, want_stdin);
   spawn_spec spec = {
@@ -612,39 +524,30 @@ static int start_command(session *s, proc *p, start_opts *o, bool want_stdin) {
   return rc;
 }
 
+proc *proc_start(session *s, bool is_exec, proc_options *o, int *err) {
+  proc *p = proc_new(s, is_exec, o);
+  /* A pipe only for data to write, or for write_stdin (a spawn given no stdin_base64). */
+  bool want_stdin = o->stdin_len > 0 || (!is_exec && !o->has_stdin);
+  int rc = start_command(s, p, o, want_stdin);
+  if (rc < 0) {
+    *err = rc;
+    proc_forget(p);
+    return NULL;
+  }
+  if (o->has_stdin) {
+    p->in_eof = true;
+    if (o->stdin_len) queue_stdin(p, o->stdin_data, o->stdin_len, NULL), o->stdin_data = NULL;
+    else close_stdin(p);
+  }
+  start_timers(p, o);
+  return p;
+}
+
 static void send_started(const proc *p, const request *r) {
   cJSON *ev = cJSON_CreateObject();
   cJSON_AddStringToObject(ev, "type", "started");
   cJSON_AddStringToObject(ev, "process_id", p->id);
   send_event(r, ev);
-}
-
-/*
-** The part exec and spawn share: parse, start, hook up stdin and timers.
-** Returns the running proc, or NULL after answering r.
-*/
-static proc *start(request *r, session *s, const cJSON *params, bool is_exec) {
-  start_opts o;
-  failure f;
-  if (!parse_opts(s, params, &o, &f)) { opts_free(&o); reply_failure(r, &f); return NULL; }
-  proc *p = proc_new(s, is_exec, &o);
-  /* A pipe only for data to write, or for write_stdin (a spawn given no stdin_base64). */
-  bool want_stdin = o.stdin_len > 0 || (!is_exec && !o.has_stdin);
-  int rc = start_command(s, p, &o, want_stdin);
-  if (rc < 0) {
-    reply_error(r, errno_code(-rc), "%s: cannot start `%s`: %s", r->method, o.argv[0], strerror(-rc));
-    opts_free(&o);
-    proc_forget(p);
-    return NULL;
-  }
-  if (o.has_stdin) {
-    p->in_eof = true;
-    if (o.stdin_len) queue_stdin(p, o.stdin_data, o.stdin_len, NULL), o.stdin_data = NULL;
-    else close_stdin(p);
-  }
-  start_timers(p, &o);
-  opts_free(&o);
-  return p;
 }
 
 static void on_started_due(uv_timer_t *t) { flush_started(t->data); }
@@ -672,17 +575,13 @@ static void hold_started(proc *p) {
   uv_timer_start(&p->wait_timer, on_started_due, STARTED_HOLD_MS, 0);
 }
 
-void method_exec(request *r, session *s, const cJSON *params) {
-  proc *p = start(r, s, params, true);
-  if (!p) return;
+void proc_exec(proc *p, request *r) {
   p->req = r;
   hold_started(p);
   update_reading(p);
 }
 
-void method_spawn(request *r, session *s, const cJSON *params) {
-  proc *p = start(r, s, params, false);
-  if (!p) return;
+void proc_spawned(proc *p, request *r) {
   send_started(p, r);
   update_reading(p);
   cJSON *result = cJSON_CreateObject();
@@ -690,18 +589,7 @@ void method_spawn(request *r, session *s, const cJSON *params) {
   reply_result(r, result);
 }
 
-/* ===== wait, kill, write_stdin ===== */
-
-/* The session's process named by params.process_id, or NULL after answering r. */
-static proc *find_proc(request *r, session *s, const cJSON *params) {
-  const char *id = NULL;
-  failure f;
-  if (!param_string(params, "process_id", false, &id, &f)) { reply_failure(r, &f); return NULL; }
-  for (proc *p = s->procs; p; p = p->next)
-    if (strcmp(p->id, id) == 0) return p;
-  reply_error(r, "unknown_process", "%s: no process `%s` in session %s", r->method, id, s->id);
-  return NULL;
-}
+/* ===== wait ===== */
 
 static void on_wait_timeout(uv_timer_t *t) {
   proc *p = t->data;
@@ -712,14 +600,7 @@ static void on_wait_timeout(uv_timer_t *t) {
   update_reading(p);   /* back to buffering: reads again even while paused */
 }
 
-void method_wait(request *r, session *s, const cJSON *params) {
-  uint64_t timeout_ms = UINT64_MAX;
-  failure f;
-  if (!param_uint(params, "timeout_ms", &timeout_ms, &f)) { reply_failure(r, &f); return; }
-  proc *p = find_proc(r, s, params);
-  if (!p) return;
-  if (p->is_exec) { reply_error(r, "invalid_request", "wait: `%s` is an exec; its result answers the exec", p->id); return; }
-  if (p->req) { reply_error(r, "invalid_request", "wait: process `%s` is already being waited for", p->id); return; }
+void proc_wait(proc *p, request *r, uint64_t timeout_ms) {
   p->req = r;
   deliver_buffered(p, &p->out);
   deliver_buffered(p, &p->err);
@@ -732,42 +613,18 @@ void method_wait(request *r, session *s, const cJSON *params) {
   }
 }
 
-void method_kill(request *r, session *s, const cJSON *params) {
-  const char *name = "TERM";
-  failure f;
-  if (!param_string(params, "signal", true, &name, &f)) { reply_failure(r, &f); return; }
-  int signo = signal_from_name(name);
-  if (!signo) { reply_error(r, "invalid_request", "kill: unknown signal `%s`", name); return; }
-  proc *p = find_proc(r, s, params);
-  if (!p) return;
-  int rc = s->backend->signal(s, p, signo);
-  if (rc < 0) reply_error(r, errno_code(-rc), "kill: process `%s`: %s", p->id, strerror(-rc));
-  else reply_result(r, cJSON_CreateObject());
+/* ===== a session's processes ===== */
+
+bool procs_running(const session *s) {
+  for (const proc *p = table()->first; p; p = p->next)
+    if (p->session == s && !p->exited && p->pid > 0) return true;
+  return false;
 }
 
-void method_write_stdin(request *r, session *s, const cJSON *params) {
-  char *data = NULL;
-  size_t len = 0;
-  bool eof = false;
-  failure f;
-  if (!param_bool(params, "eof", &eof, &f) || !param_base64(params, "data_base64", &data, &len, &f)) {
-    reply_failure(r, &f);
-    return;
-  }
-  proc *p = find_proc(r, s, params);
-  if (p && (!p->in_open || p->in_eof)) {
-    reply_error(r, "invalid_request", "write_stdin: the stdin of process `%s` is closed", p->id);
-    p = NULL;
-  }
-  if (!p) { free(data); return; }
-  if (eof) p->in_eof = true;
-  if (len) { queue_stdin(p, data, len, r); return; }
-  free(data);
-  if (p->in_eof && p->in_pending == 0) close_stdin(p);
-  reply_result(r, cJSON_CreateObject());
+void procs_signal_running(session *s, int signo) {
+  for (proc *p = table()->first; p; p = p->next)
+    if (p->session == s && !p->exited && p->pid > 0) s->backend->signal(s, p, signo);
 }
-
-/* ===== session close ===== */
 
 static void fail_request(request *r, const session *s, const proc *p) {
   reply_error(r, "unknown_session", "%s: session %s was closed while process %s ran", r->method, s->id, p->id);
@@ -775,9 +632,10 @@ static void fail_request(request *r, const session *s, const proc *p) {
 
 /* Answers now every request a closing session's process owes (shutdown replies only after them). */
 void procs_close_session(session *s) {
-  while (s->procs) {
-    proc *p = s->procs;
-    signal_proc(p, SIGKILL);
+  for (proc *p = table()->first, *next; p; p = next) {
+    next = p->next;
+    if (p->session != s) continue;
+    proc_signal(p, SIGKILL);
     if (p->req) {
       flush_started(p);
       fail_request(p->req, s, p);
@@ -787,4 +645,13 @@ void procs_close_session(session *s) {
       if (w->r) { fail_request(w->r, s, p); w->r = NULL; }
     proc_forget(p);
   }
+}
+
+void procs_free(void) {
+  provider *ctx = provider_ctx();
+  proc_table *t = ctx->procs;
+  if (!t) return;
+  if (t->null_fd > 0) close(t->null_fd - 1);
+  free(t);
+  ctx->procs = NULL;
 }

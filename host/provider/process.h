@@ -1,35 +1,29 @@
 /*
-** Processes started by `exec` and `spawn`: their pipes, timers, captured
-** and buffered output, and the request (an exec, or a wait) that their
-** output streams to. The backend starts the command and reports its end
-** through proc_exited(); everything else about a process lives here.
+** A process started by `exec` or `spawn`: its pipes, timers, captured and
+** buffered output, and the request (an exec, or a wait) its output
+** streams to. The process table (every process not yet forgotten) is
+** this module's own: a session's processes are found here by session.
+** The backend starts the command and reports its end through
+** proc_exited(); everything else about a process lives here.
 **
 ** A proc is freed once its command has exited, both output pipes reached
-** EOF (or were closed), the result was answered and the session forgot it.
+** EOF (or were closed), the result was answered and it was forgotten.
 */
 #ifndef SMOL_PROCESS_H
 #define SMOL_PROCESS_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 #include <uv.h>
 
-struct session;
-struct request;
+#include "bytes.h"
+#include "reply.h"
+#include "session.h"
 
-/* Output of a spawned process kept until a `wait` takes it: a ring that drops its oldest bytes. */
-typedef struct ring {
-  char *data;
-  size_t cap, head, len;
-  uint64_t dropped;        /* bytes dropped since the last wait took the buffer */
-} ring;
-
-/* A growable byte buffer: an exec's (or a wait's) captured output. */
-typedef struct bytes {
-  char *data;
-  size_t len, cap;
-} bytes;
+/* Also the most a request may ask for: both streams' base64 must fit the host's 256 MiB line cap. */
+#define PROC_MAX_OUTPUT (64ull * 1024 * 1024)
 
 typedef struct outstream {
   uv_pipe_t pipe;
@@ -47,11 +41,11 @@ typedef struct proc {
   char id[24];             /* "p1", "p2", ...: the protocol's process_id */
   pid_t pid;               /* set by backend->start; also the process group id */
   void *backend_data;      /* the backend's per-process state */
-  struct session *session; /* NULL once the session was closed under it */
-  struct proc *next;       /* in session->procs */
+  session *session;        /* NULL once forgotten (its session closed, or its result answered) */
+  struct proc *next, *prev;   /* in the process table */
 
   bool is_exec;            /* exec (answers with its result) or spawn (buffers until wait) */
-  struct request *req;     /* the exec or wait whose result this process owes, or NULL */
+  request *req;            /* the exec or wait whose result this process owes, or NULL */
   bool started_pending;    /* an exec's `started` not sent yet (process.c hold_started) */
   bool exited;
   int wait_status;
@@ -64,19 +58,64 @@ typedef struct proc {
   struct stdin_write *writes;   /* queued writes to stdin, oldest first (process.c) */
   uint64_t max_output;     /* per-stream cap of the captured copy */
   uv_timer_t wall_timer, idle_timer, grace_timer, wait_timer;
-  unsigned timers_open;    /* timer handles not yet closed */
   uint64_t idle_ms, grace_ms;
   const char *timed_out;   /* NULL, "wall" or "idle" */
   unsigned handles_open;   /* uv handles whose close callback has not run yet */
 } proc;
 
-/* Every open process (running or not yet forgotten), for output pausing. */
-void procs_pause_output(void);
-void procs_resume_output(void);
+/* What a process is started with (read from the request by process_methods.c). */
+typedef struct proc_options {
+  char **argv;
+  char **envp;
+  char cwd[PATH_MAX];      /* as commands see it */
+  char *stdin_data;        /* taken over by proc_start */
+  size_t stdin_len;
+  bool has_stdin;          /* stdin_base64 was given (maybe empty): stdin ends after it */
+  uint64_t timeout_ms, idle_timeout_ms, grace_ms, max_output;
+} proc_options;
 
-/* Session close: kill every process group of s, answer their requests with errors, forget them. */
-void procs_close_session(struct session *s);
+/*
+** Starts the command of o in session s: an exec (its output streams to
+** the request given to proc_exec) or a spawn (its output is buffered
+** until a wait). NULL with -errno in *err when no process could be made.
+*/
+proc *proc_start(session *s, bool is_exec, proc_options *o, int *err);
 
-#include "signames.h"   /* signal_from_name / signal_to_name: "TERM" <-> SIGTERM */
+/* The exec's request r: its `started` goes out with what follows (or after 5 ms), then output, exit, result. */
+void proc_exec(proc *p, request *r);
+
+/* Answers spawn's r: `started`, then {process_id}. */
+void proc_spawned(proc *p, request *r);
+
+/* The session's process named id, or NULL. */
+proc *procs_find(const session *s, const char *id);
+
+/* Attaches wait r: buffered output first, then what follows; after timeout_ms (UINT64_MAX: none) {running: true}. */
+void proc_wait(proc *p, request *r, uint64_t timeout_ms);
+
+/* Sends signo to the process's group. 0 or -errno. */
+int proc_signal(proc *p, int signo);
+
+/* Queues data (taken over) to stdin, closing it after when eof; r is answered once written. */
+void proc_write_stdin(proc *p, char *data, size_t len, bool eof, request *r);
+
+/* Whether the process's stdin still takes writes. */
+bool proc_stdin_open(const proc *p);
+
+/* Called by a backend when a command it started has ended (waitpid-style status). */
+void proc_exited(proc *p, int wait_status);
+
+/* While paused, output that streams to a request is not read (the wire's congestion hook). */
+void procs_set_paused(bool on);
+
+/* Whether any process of s still runs; sends signo to each that does. */
+bool procs_running(const session *s);
+void procs_signal_running(session *s, int signo);
+
+/* Session close: kill every process of s, answer their requests with errors, forget them. */
+void procs_close_session(session *s);
+
+/* Frees the table (at exit, once every process is forgotten and the loop has ended). */
+void procs_free(void);
 
 #endif

@@ -6,6 +6,7 @@
 */
 #define _GNU_SOURCE
 #include "profile.h"
+#include "context.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -14,8 +15,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-static profile *all_profiles;
-static size_t nprofiles;
+/* Every profile this provider knows: the built-ins first, then the file's (the context's part). */
+typedef struct profile_table {
+  profile *all;
+  size_t n;
+} profile_table;
+
+static profile_table *table(void) {
+  return CTX_PART(profiles);
+}
 
 /* Sandbox paths a bind may not cover: the sandbox's own areas and the kernel's. */
 static const char *const reserved_sandbox_paths[] = {
@@ -80,16 +88,18 @@ static void profile_derive(profile *dst, const profile *base, const char *name) 
 }
 
 static profile *profile_append(void) {
-  profile *grown = realloc(all_profiles, (nprofiles + 1) * sizeof *grown);
+  profile_table *t = table();
+  profile *grown = realloc(t->all, (t->n + 1) * sizeof *grown);
   if (!grown) abort();
-  all_profiles = grown;
-  memset(&all_profiles[nprofiles], 0, sizeof *all_profiles);
-  return &all_profiles[nprofiles++];
+  t->all = grown;
+  memset(&t->all[t->n], 0, sizeof *t->all);
+  return &t->all[t->n++];
 }
 
 static const profile *profile_find_full(const char *full) {
-  for (size_t i = 0; i < nprofiles; i++)
-    if (strcmp(all_profiles[i].name, full) == 0) return &all_profiles[i];
+  profile_table *t = table();
+  for (size_t i = 0; i < t->n; i++)
+    if (strcmp(t->all[i].name, full) == 0) return &t->all[i];
   return NULL;
 }
 
@@ -469,8 +479,9 @@ static int parse_document(const cJSON *doc, const char *path, char *err, size_t 
 ** starts from its base's own file_size, not from a folded one.
 */
 static void fold_disk_into_file_size(void) {
-  for (size_t i = 0; i < nprofiles; i++) {
-    limits *l = &all_profiles[i].limits;
+  profile_table *t = table();
+  for (size_t i = 0; i < t->n; i++) {
+    limits *l = &t->all[i].limits;
     if (l->disk_bytes && (l->file_size == RLIM_INFINITY || l->file_size > l->disk_bytes))
       l->file_size = (rlim_t)l->disk_bytes;
   }
@@ -517,22 +528,27 @@ int profiles_load(const char *path, char *err, size_t errlen) {
 const profile *profile_find(const char *provider, const char *name) {
   if (!provider || !name) return NULL;
   size_t plen = strlen(provider);
-  for (size_t i = 0; i < nprofiles; i++) {
-    const char *full = all_profiles[i].name;
+  profile_table *t = table();
+  for (size_t i = 0; i < t->n; i++) {
+    const char *full = t->all[i].name;
     if (strncmp(full, provider, plen) == 0 && full[plen] == '/' && strcmp(full + plen + 1, name) == 0)
-      return &all_profiles[i];
+      return &t->all[i];
   }
   return NULL;
 }
 
 const profile *profiles_all(size_t *count) {
-  *count = nprofiles;
-  return all_profiles;
+  profile_table *t = table();
+  *count = t->n;
+  return t->all;
 }
 
 void profiles_free(void) {
-  for (size_t i = 0; i < nprofiles; i++) profile_clear(&all_profiles[i]);
-  free(all_profiles);
-  all_profiles = NULL;
-  nprofiles = 0;
+  provider *ctx = provider_ctx();
+  profile_table *t = ctx->profiles;
+  if (!t) return;
+  for (size_t i = 0; i < t->n; i++) profile_clear(&t->all[i]);
+  free(t->all);
+  free(t);
+  ctx->profiles = NULL;
 }

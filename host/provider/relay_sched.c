@@ -30,31 +30,26 @@
 #include "relay_sched.h"
 
 #include <sched.h>
-#include <stdbool.h>
 
-static bool managed;
-static bool batch_now;
-static unsigned long running;
-
-static void set_batch(bool on) {
+static void set_batch(relay_sched *r, bool on) {
   struct sched_param none = {0};
-  if (sched_setscheduler(0, on ? SCHED_BATCH : SCHED_OTHER, &none) == 0) batch_now = on;
+  if (sched_setscheduler(0, on ? SCHED_BATCH : SCHED_OTHER, &none) == 0) r->batch_now = on;
 }
 
-void relay_sched_enter(void) {
-  managed = sched_getscheduler(0) == SCHED_OTHER;
-  if (managed && running == 0) set_batch(true);
+void relay_sched_enter(relay_sched *r) {
+  r->managed = sched_getscheduler(0) == SCHED_OTHER;
+  if (r->managed && r->running == 0) set_batch(r, true);
 }
 
-void relay_sched_busy(void) {
-  if (running++ == 0 && managed) set_batch(false);
+void relay_sched_busy(relay_sched *r) {
+  if (r->running++ == 0 && r->managed) set_batch(r, false);
 }
 
-void relay_sched_idle(void) {
-  if (running > 0 && --running == 0 && managed) set_batch(true);
+void relay_sched_idle(relay_sched *r) {
+  if (r->running > 0 && --r->running == 0 && r->managed) set_batch(r, true);
 }
 
-void relay_sched_child(void) {
+void relay_sched_child(const relay_sched *r) {
   struct sched_param none = {0};
-  if (batch_now) sched_setscheduler(0, SCHED_OTHER, &none);
+  if (r->batch_now) sched_setscheduler(0, SCHED_OTHER, &none);
 }

@@ -12,14 +12,23 @@
 #ifndef SMOL_RELAY_SCHED_H
 #define SMOL_RELAY_SCHED_H
 
+#include <stdbool.h>
+
+/* One relay's policy: the provider's lives in its context, the helper's in its own. */
+typedef struct relay_sched {
+  bool managed;            /* we started as SCHED_OTHER, so we switch */
+  bool batch_now;
+  unsigned long running;   /* commands started and not yet ended */
+} relay_sched;
+
 /* At the start of serving: manage our policy if it is SCHED_OTHER (a policy a user chose is kept). */
-void relay_sched_enter(void);
+void relay_sched_enter(relay_sched *r);
 
 /* A command is about to start (call before spawning it) / has ended or failed to start. */
-void relay_sched_busy(void);
-void relay_sched_idle(void);
+void relay_sched_busy(relay_sched *r);
+void relay_sched_idle(relay_sched *r);
 
 /* In a vfork child: back to SCHED_OTHER if we are SCHED_BATCH now. Async-signal-safe. */
-void relay_sched_child(void);
+void relay_sched_child(const relay_sched *r);
 
 #endif

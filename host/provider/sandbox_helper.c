@@ -33,17 +33,23 @@ typedef struct child {
   uint64_t tag;
 } child;
 
-/* Commands started and not reaped yet; exits of other pids are orphans, reaped silently. */
-static child *children;
-static size_t nchildren, children_cap;
-
-/* Groups of reaped commands that still have members, for SIGNAL. */
-static child *ended;
-static size_t nended, ended_cap;
-
-/* EXITED reports the provider has not taken yet (the events socket was full). */
-static helper_reply *pending;
-static size_t npending, pending_cap;
+/* The helper's whole state (it is a program of its own: the provider's context is not here). */
+typedef struct helper {
+  /* Commands started and not reaped yet; exits of other pids are orphans, reaped silently. */
+  child *children;
+  size_t nchildren, children_cap;
+  /* Groups of reaped commands that still have members, for SIGNAL. */
+  child *ended;
+  size_t nended, ended_cap;
+  /* EXITED reports the provider has not taken yet (the events socket was full). */
+  helper_reply *pending;
+  size_t npending, pending_cap;
+  relay_sched sched;
+  spawn_setup spawn;
+  /* One START at a time: its message, and the argv + envp vector made from it. */
+  _Alignas(helper_start) char msg[HELPER_MAX_MESSAGE];
+  char *vec[HELPER_MAX_MESSAGE + 2];
+} helper;
 
 static void die(const char *what) {
   fprintf(stderr, "smolwf-provider helper: %s: %s\n", what, strerror(errno));
@@ -79,22 +85,22 @@ static int send_with_fd(int sock, const void *msg, size_t len, int fd) {
   return n < 0 ? -errno : 0;
 }
 
-static void queue_exit(uint64_t tag, int status) {
-  if (npending == pending_cap) pending = grow(pending, &pending_cap, sizeof *pending);
-  pending[npending++] = (helper_reply){HELPER_EXITED, status, tag};
+static void queue_exit(helper *h, uint64_t tag, int status) {
+  if (h->npending == h->pending_cap) h->pending = grow(h->pending, &h->pending_cap, sizeof *h->pending);
+  h->pending[h->npending++] = (helper_reply){HELPER_EXITED, status, tag};
 }
 
 /* Sends queued EXITED reports until the socket is full; the provider may read slowly. */
-static void flush_exits(void) {
+static void flush_exits(helper *h) {
   size_t sent = 0;
-  while (sent < npending) {
-    int rc = send_with_fd(HELPER_EVENTS_FD, &pending[sent], sizeof *pending, -1);
+  while (sent < h->npending) {
+    int rc = send_with_fd(HELPER_EVENTS_FD, &h->pending[sent], sizeof *h->pending, -1);
     if (rc == -EAGAIN) break;
     if (rc < 0) { errno = -rc; die("events channel"); }
     sent++;
   }
-  memmove(pending, pending + sent, (npending - sent) * sizeof *pending);
-  npending -= sent;
+  memmove(h->pending, h->pending + sent, (h->npending - sent) * sizeof *h->pending);
+  h->npending -= sent;
 }
 
 /* ====================================================== reaping */
@@ -103,9 +109,9 @@ static bool group_exists(pid_t pgid) {
   return kill(-pgid, 0) == 0 || errno != ESRCH;
 }
 
-static void record_child(pid_t pid, uint64_t tag) {
-  if (nchildren == children_cap) children = grow(children, &children_cap, sizeof *children);
-  children[nchildren++] = (child){pid, tag};
+static void record_child(helper *h, pid_t pid, uint64_t tag) {
+  if (h->nchildren == h->children_cap) h->children = grow(h->children, &h->children_cap, sizeof *h->children);
+  h->children[h->nchildren++] = (child){pid, tag};
 }
 
 /*
@@ -113,36 +119,36 @@ static void record_child(pid_t pid, uint64_t tag) {
 ** that emptied are dropped here, at each reap, so the list stays short and
 ** a later group reusing the number is never taken for one of them.
 */
-static void keep_group(child c) {
+static void keep_group(helper *h, child c) {
   size_t kept = 0;
-  for (size_t i = 0; i < nended; i++)
-    if (group_exists(ended[i].pid)) ended[kept++] = ended[i];
-  nended = kept;
+  for (size_t i = 0; i < h->nended; i++)
+    if (group_exists(h->ended[i].pid)) h->ended[kept++] = h->ended[i];
+  h->nended = kept;
   if (!group_exists(c.pid)) return;
-  if (nended == ended_cap) ended = grow(ended, &ended_cap, sizeof *ended);
-  ended[nended++] = c;
+  if (h->nended == h->ended_cap) h->ended = grow(h->ended, &h->ended_cap, sizeof *h->ended);
+  h->ended[h->nended++] = c;
 }
 
-static void reaped(pid_t pid, int status) {
-  for (size_t i = 0; i < nchildren; i++) {
-    if (children[i].pid == pid) {
-      child c = children[i];
-      children[i] = children[--nchildren];
-      queue_exit(c.tag, status);
-      keep_group(c);
-      relay_sched_idle();
+static void reaped(helper *h, pid_t pid, int status) {
+  for (size_t i = 0; i < h->nchildren; i++) {
+    if (h->children[i].pid == pid) {
+      child c = h->children[i];
+      h->children[i] = h->children[--h->nchildren];
+      queue_exit(h, c.tag, status);
+      keep_group(h, c);
+      relay_sched_idle(&h->sched);
       return;
     }
   }
 }
 
-static void reap_all(int sigfd) {
+static void reap_all(helper *h, int sigfd) {
   struct signalfd_siginfo si;
   while (read(sigfd, &si, sizeof si) == (ssize_t)sizeof si) {}   /* drain: one reap covers all */
   int status;
   pid_t pid;
-  while ((pid = waitpid(-1, &status, WNOHANG)) > 0) reaped(pid, status);
-  flush_exits();
+  while ((pid = waitpid(-1, &status, WNOHANG)) > 0) reaped(h, pid, status);
+  flush_exits(h);
 }
 
 /* ====================================================== receiving a START */
@@ -212,51 +218,49 @@ static bool decode_start(char *msg, size_t len, const int *fds, int nfds, spawn_
 /* ====================================================== handling a START */
 
 /* STARTED: the command's pid (recorded first, so its exit is matched) or -errno. */
-static void reply_started(uint64_t tag, pid_t pid) {
-  if (pid > 0) record_child(pid, tag);
+static void reply_started(helper *h, uint64_t tag, pid_t pid) {
+  if (pid > 0) record_child(h, pid, tag);
   helper_reply r = {HELPER_STARTED, pid, tag};
   int rc = send_with_fd(HELPER_CONTROL_FD, &r, sizeof r, -1);
   if (rc < 0) { errno = -rc; die("control channel"); }
 }
 
 /* SIGNAL: to the command's process group, running or reaped with members left. */
-static void handle_signal(const helper_reply *m) {
-  for (size_t i = 0; i < nchildren; i++)
-    if (children[i].tag == m->tag) { kill(-children[i].pid, m->value); return; }
-  for (size_t i = 0; i < nended; i++)
-    if (ended[i].tag == m->tag) { kill(-ended[i].pid, m->value); return; }
+static void handle_signal(const helper *h, const helper_reply *m) {
+  for (size_t i = 0; i < h->nchildren; i++)
+    if (h->children[i].tag == m->tag) { kill(-h->children[i].pid, m->value); return; }
+  for (size_t i = 0; i < h->nended; i++)
+    if (h->ended[i].tag == m->tag) { kill(-h->ended[i].pid, m->value); return; }
 }
 
-static void handle_start(char *msg, size_t len, int *fds, int nfds) {
-  static char *vec[HELPER_MAX_MESSAGE + 2];
+static void handle_start(helper *h, size_t len, int *fds, int nfds) {
   spawn_spec spec;
-  uint64_t tag = len >= sizeof(helper_start) ? ((helper_start *)msg)->tag : 0;
+  uint64_t tag = len >= sizeof(helper_start) ? ((helper_start *)h->msg)->tag : 0;
   pid_t pid = -EPROTO;
-  if (decode_start(msg, len, fds, nfds, &spec, vec)) {
-    relay_sched_busy();   /* before the spawn: the command inherits SCHED_OTHER */
-    pid = spawn_start(&spec);
-    if (pid < 0) relay_sched_idle();
+  if (decode_start(h->msg, len, fds, nfds, &spec, h->vec)) {
+    relay_sched_busy(&h->sched);   /* before the spawn: the command inherits SCHED_OTHER */
+    pid = spawn_start(&h->spawn, &spec);
+    if (pid < 0) relay_sched_idle(&h->sched);
   }
   for (int i = 0; i < nfds; i++) close(fds[i]);
-  reply_started(tag, pid);
+  reply_started(h, tag, pid);
 }
 
 /* Takes every waiting request; returns false at end of file (the session is closing). */
-static bool serve_control(void) {
-  static _Alignas(helper_start) char msg[HELPER_MAX_MESSAGE];
+static bool serve_control(helper *h) {
   for (;;) {
     int fds[3], nfds;
-    ssize_t n = recv_message(HELPER_CONTROL_FD, msg, sizeof msg, fds, &nfds);
+    ssize_t n = recv_message(HELPER_CONTROL_FD, h->msg, sizeof h->msg, fds, &nfds);
     if (n == 0) return false;
     if (n < 0 && errno == EAGAIN) return true;
     if (n < 0 && errno != EMSGSIZE) die("control channel");
-    const helper_reply *m = (const helper_reply *)msg;
+    const helper_reply *m = (const helper_reply *)h->msg;
     if (n == (ssize_t)sizeof *m && m->type == HELPER_SIGNAL) {
       for (int i = 0; i < nfds; i++) close(fds[i]);
-      handle_signal(m);
+      handle_signal(h, m);
       continue;
     }
-    handle_start(msg, n < 0 ? 0 : (size_t)n, fds, nfds);
+    handle_start(h, n < 0 ? 0 : (size_t)n, fds, nfds);
   }
 }
 
@@ -301,18 +305,21 @@ int sandbox_helper_main(int argc, char **argv) {
     return 2;
   }
   prctl(PR_SET_DUMPABLE, 0);
-  relay_sched_enter();
+  helper *h = calloc(1, sizeof *h);   /* lives until _exit */
+  if (!h) die("out of memory");
+  relay_sched_enter(&h->sched);
+  spawn_setup_init(&h->spawn, &h->sched);
   int sigfd = setup_signals();
   set_nonblocking(HELPER_CONTROL_FD);
   set_nonblocking(HELPER_EVENTS_FD);
   say_hello();
   for (;;) {
     struct pollfd p[3] = {{HELPER_CONTROL_FD, POLLIN, 0}, {sigfd, POLLIN, 0},
-                          {HELPER_EVENTS_FD, npending ? POLLOUT : 0, 0}};
+                          {HELPER_EVENTS_FD, h->npending ? POLLOUT : 0, 0}};
     if (poll(p, 3, -1) < 0 && errno != EINTR) die("poll");
-    if (p[1].revents) reap_all(sigfd);
+    if (p[1].revents) reap_all(h, sigfd);
     if (p[2].revents & (POLLHUP | POLLERR)) _exit(0);   /* the provider is gone */
-    if (p[2].revents & POLLOUT) flush_exits();
-    if ((p[0].revents & (POLLIN | POLLHUP)) && !serve_control()) _exit(0);
+    if (p[2].revents & POLLOUT) flush_exits(h);
+    if ((p[0].revents & (POLLIN | POLLHUP)) && !serve_control(h)) _exit(0);
   }
 }

@@ -141,25 +141,22 @@ static int child_limits(const limits *l) {
 ** set holds for every spawn. Resetting all 64 signals instead cost ~15 µs
 ** per command (64 sigactions at ~230 ns), with the parent suspended.
 */
-static int non_default[NSIG];
-static int n_non_default = -1;
-
-static void read_dispositions(void) {
-  n_non_default = 0;
+static void read_dispositions(spawn_setup *setup) {
+  setup->n_non_default = 0;
   for (int sig = 1; sig < NSIG; sig++) {
     struct sigaction now;
     if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &now) < 0) continue;
     bool custom = (now.sa_flags & SA_SIGINFO) || now.sa_handler != SIG_DFL;
-    if (custom) non_default[n_non_default++] = sig;
+    if (custom) setup->non_default[setup->n_non_default++] = sig;
   }
 }
 
 /* A command starts with default dispositions and an empty mask. */
-static void child_reset_signals(void) {
+static void child_reset_signals(const spawn_setup *setup) {
   struct sigaction dfl;
   memset(&dfl, 0, sizeof dfl);
   dfl.sa_handler = SIG_DFL;
-  for (int i = 0; i < n_non_default; i++) sigaction(non_default[i], &dfl, NULL);
+  for (int i = 0; i < setup->n_non_default; i++) sigaction(setup->non_default[i], &dfl, NULL);
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
@@ -194,13 +191,13 @@ static int child_exec(const spawn_spec *spec) {
   }
 }
 
-static void __attribute__((noreturn)) child_main(const spawn_spec *spec, pid_t parent) {
+static void __attribute__((noreturn)) child_main(const spawn_setup *setup, const spawn_spec *spec) {
   setpgid(0, 0);
-  child_reset_signals();
-  relay_sched_child();
+  child_reset_signals(setup);
+  if (setup->sched) relay_sched_child(setup->sched);
   /* If the provider dies without cleaning up, its direct children go too. */
   prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != parent) _exit(EXIT_NOT_FOUND);
+  if (getppid() != setup->parent) _exit(EXIT_NOT_FOUND);
   if (child_stdio(spec) < 0) {
     child_report(spec->fd_err >= 0 ? spec->fd_err : 2, "cannot set up stdio for", spec->argv[0], errno);
     _exit(EXIT_NOT_FOUND);
@@ -220,18 +217,25 @@ static void __attribute__((noreturn)) child_main(const spawn_spec *spec, pid_t p
 
 /* ===== the parent side ===== */
 
-pid_t spawn_start(const spawn_spec *spec) {
+void spawn_setup_init(spawn_setup *setup, const relay_sched *sched) {
+  memset(setup, 0, sizeof *setup);
+  setup->sched = sched;
+}
+
+pid_t spawn_start(spawn_setup *setup, const spawn_spec *spec) {
   if (!spec->argv || !spec->argv[0]) return -EINVAL;
   sigset_t all, old;
   sigfillset(&all);
   /* No handler of the provider may run in the child while it shares our memory. */
   pthread_sigmask(SIG_SETMASK, &all, &old);
-  /* Our pid never changes (we never fork without exec): one getpid per process, not per spawn. */
-  static pid_t parent;
-  if (!parent) parent = getpid();
-  if (n_non_default < 0) read_dispositions();
+  if (!setup->ready) {
+    /* Our pid never changes (we never fork without exec): one getpid per program, not per spawn. */
+    setup->parent = getpid();
+    read_dispositions(setup);
+    setup->ready = true;
+  }
   pid_t pid = vfork();
-  if (pid == 0) child_main(spec, parent);
+  if (pid == 0) child_main(setup, spec);
   int err = errno;
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   /* vfork returns once the child has exec'd or exited: its group exists by now. */

@@ -7,9 +7,13 @@
 #ifndef SMOL_SPAWN_H
 #define SMOL_SPAWN_H
 
+#include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/resource.h>
 #include <sys/types.h>
+
+#include "relay_sched.h"
 
 /* Per-command resource limits; RLIM_INFINITY (or 0 for disk) means unset. */
 typedef struct limits {
@@ -30,12 +34,29 @@ typedef struct spawn_spec {
 } spawn_spec;
 
 /*
+** What every start needs from the program that starts commands (the
+** provider, or the helper in a bubblewrap session), read once at its
+** first start (spawn.c says why): the signals it handles or ignores,
+** which the child resets, its pid, and its scheduling policy.
+*/
+typedef struct spawn_setup {
+  bool ready;
+  int non_default[NSIG];
+  int n_non_default;
+  pid_t parent;
+  const relay_sched *sched;   /* the child leaves SCHED_BATCH when its parent is in it */
+} spawn_setup;
+
+/* A setup read at the first spawn_start, for a program whose policy is *sched. */
+void spawn_setup_init(spawn_setup *setup, const relay_sched *sched);
+
+/*
 ** Starts the command as the leader of a new process group (pgid == pid).
 ** Returns the pid, or -errno when no process could be made. A program that
 ** cannot be found or executed is not an error here: the child writes one
 ** line naming it to fd_err and exits 127 (126 when found but not executable).
 */
-pid_t spawn_start(const spawn_spec *spec);
+pid_t spawn_start(spawn_setup *setup, const spawn_spec *spec);
 
 /* Sets every field of l to "unset". */
 void limits_init(limits *l);

@@ -7,6 +7,8 @@
 */
 #define _GNU_SOURCE
 #include "strays.h"
+
+#include "context.h"
 #include "group_wait.h"
 
 #include <ctype.h>
@@ -172,29 +174,46 @@ size_t strays_kill_all(int timeout_ms) {
   return left;
 }
 
-/* Children owned by a backend; few at a time, so a plain array. */
-static pid_t *owned;
-static size_t nowned, owned_cap;
+/* Children owned by a backend (the context's part); few at a time, so a plain array. */
+typedef struct strays {
+  pid_t *owned;
+  size_t n, cap;
+} strays;
+
+static strays *owners(void) {
+  return CTX_PART(strays);
+}
 
 void strays_own(pid_t pid) {
-  if (nowned == owned_cap) {
-    size_t cap = owned_cap ? 2 * owned_cap : 32;
-    pid_t *grown = realloc(owned, cap * sizeof *grown);
+  strays *o = owners();
+  if (o->n == o->cap) {
+    size_t cap = o->cap ? 2 * o->cap : 32;
+    pid_t *grown = realloc(o->owned, cap * sizeof *grown);
     if (!grown) return;   /* then strays_reap may reap it first; its owner sees ECHILD */
-    owned = grown;
-    owned_cap = cap;
+    o->owned = grown;
+    o->cap = cap;
   }
-  owned[nowned++] = pid;
+  o->owned[o->n++] = pid;
 }
 
 void strays_disown(pid_t pid) {
-  for (size_t i = 0; i < nowned; i++)
-    if (owned[i] == pid) { owned[i] = owned[--nowned]; break; }
+  strays *o = owners();
+  for (size_t i = 0; i < o->n; i++)
+    if (o->owned[i] == pid) { o->owned[i] = o->owned[--o->n]; break; }
 }
 
 static bool is_owned(pid_t pid) {
-  for (size_t i = 0; i < nowned; i++) if (owned[i] == pid) return true;
+  const strays *o = owners();
+  for (size_t i = 0; i < o->n; i++) if (o->owned[i] == pid) return true;
   return false;
+}
+
+void strays_free(void) {
+  provider *ctx = provider_ctx();
+  if (!ctx->strays) return;
+  free(ctx->strays->owned);
+  free(ctx->strays);
+  ctx->strays = NULL;
 }
 
 void strays_reap(void) {

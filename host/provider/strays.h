@@ -41,4 +41,7 @@ void strays_disown(pid_t pid);
 /* Reaps exited children of the provider that no backend owns. One waitid when there are none. */
 void strays_reap(void);
 
+/* Forgets the owned children (at exit, after the last reap). */
+void strays_free(void);
+
 #endif

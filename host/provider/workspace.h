@@ -1,12 +1,12 @@
 /*
-** Whole trees: copying the host's workspace into a session at open, and
-** removing a session's files at close. Neither ever follows a symlink.
+** Copying the host's workspace into a session at open. Never follows a
+** symlink below the workspace's top.
 */
 #ifndef SMOL_WORKSPACE_H
 #define SMOL_WORKSPACE_H
 
 #include <sys/types.h>
-#include "params.h"
+#include "failure.h"
 
 /* A directory by identity, whatever path leads to it. */
 typedef struct file_id {
@@ -26,8 +26,5 @@ typedef struct file_id {
 ** with a message naming it.
 */
 bool workspace_copy(const char *host_path, int dst_fd, const file_id *skip, size_t nskip, failure *f);
-
-/* Removes name (a file, link or whole tree) in dirfd. 0 or -errno. */
-int tree_remove(int dirfd, const char *name);
 
 #endif

@@ -1,11 +1,15 @@
 /*
-** The method table: a request's method name to its handler. Methods that
-** work on a session get it looked up here from params.session, so every
-** handler starts with a live session.
+** The method table (see methods.h).
 */
+#include "methods.h"
+
 #include <string.h>
 
-#include "methods.h"
+#include "describe.h"
+#include "fileops.h"
+#include "lifecycle.h"
+#include "process_methods.h"
+#include "session.h"
 
 typedef void (*plain_handler)(request *r, const cJSON *params);
 typedef void (*session_handler)(request *r, session *s, const cJSON *params);
@@ -17,7 +21,6 @@ static const struct method {
 } methods[] = {
   {"open", method_open, NULL},
   {"close", method_close, NULL},
-  {"shutdown", method_shutdown, NULL},
   {"describe", method_describe, NULL},
   {"create_dir_all", NULL, method_create_dir_all},
   {"write_file", NULL, method_write_file},
@@ -46,7 +49,7 @@ static session *lookup_session(request *r, const cJSON *params) {
   return s;
 }
 
-void dispatch(request *r, const cJSON *params) {
+void methods_dispatch(request *r, const cJSON *params) {
   for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++) {
     const struct method *m = &methods[i];
     if (strcmp(m->name, r->method) != 0) continue;

@@ -1,0 +1,99 @@
+/*
+** Composing reply lines (see reply.h).
+*/
+#define _GNU_SOURCE
+#include "reply.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base64.h"
+#include "wire.h"
+
+/* Appends s to the line being composed. */
+static char *append(char *p, const char *s, size_t n) {
+  memcpy(p, s, n);
+  return p + n;
+}
+
+/*
+** Builds `{"id":ID,"KIND":OBJ}\n` where the blobs become extra string
+** fields of OBJ, base64-encoded straight into the line: an exec result can
+** hold 64 MiB per stream, and this is its only copy.
+*/
+static void compose(const char *id_json, const char *kind, cJSON *obj, const blob *blobs, size_t nblobs) {
+  char *text = cJSON_PrintUnformatted(obj);
+  cJSON_Delete(obj);
+  size_t tlen = strlen(text) - 1;   /* without the closing '}' */
+  size_t total = strlen(id_json) + strlen(kind) + tlen + 32;
+  for (size_t i = 0; i < nblobs; i++) total += strlen(blobs[i].field) + b64_encoded_len(blobs[i].len) + 8;
+  char *line = malloc(total), *p = line;
+  p = append(p, "{\"id\":", 6);
+  p = append(p, id_json, strlen(id_json));
+  p = append(p, ",\"", 2);
+  p = append(p, kind, strlen(kind));
+  p = append(p, "\":", 2);
+  p = append(p, text, tlen);
+  bool empty = tlen == 1;
+  for (size_t i = 0; i < nblobs; i++, empty = false) {
+    if (!empty) *p++ = ',';
+    *p++ = '"';
+    p = append(p, blobs[i].field, strlen(blobs[i].field));
+    p = append(p, "\":\"", 3);
+    p += b64_encode((const unsigned char *)blobs[i].data, blobs[i].len, p);
+    *p++ = '"';
+  }
+  p = append(p, "}}\n", 3);
+  free(text);
+  wire_send(line, (size_t)(p - line));
+}
+
+request *request_new(char *id_json, const char *method) {
+  request *r = calloc(1, sizeof *r);
+  if (!r) abort();
+  r->id_json = id_json ? id_json : strdup("null");
+  snprintf(r->method, sizeof r->method, "%s", method);
+  return r;
+}
+
+void request_free(request *r) {
+  if (!r) return;
+  free(r->id_json);
+  free(r);
+}
+
+void reply_result_blobs(request *r, cJSON *result, const blob *blobs, size_t nblobs) {
+  compose(r->id_json, "result", result, blobs, nblobs);
+  request_free(r);
+}
+
+void reply_result(request *r, cJSON *result) {
+  reply_result_blobs(r, result, NULL, 0);
+}
+
+void reply_failure(request *r, const failure *f) {
+  cJSON *err = cJSON_CreateObject();
+  cJSON_AddStringToObject(err, "code", f->code);
+  cJSON_AddStringToObject(err, "message", f->message);
+  compose(r->id_json, "error", err, NULL, 0);
+  request_free(r);
+}
+
+void reply_error(request *r, const char *code, const char *fmt, ...) {
+  failure f = {.code = code};
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(f.message, sizeof f.message, fmt, ap);
+  va_end(ap);
+  reply_failure(r, &f);
+}
+
+void send_event_blobs(const request *r, cJSON *event, const blob *blobs, size_t nblobs) {
+  compose(r->id_json, "event", event, blobs, nblobs);
+}
+
+void send_event(const request *r, cJSON *event) {
+  compose(r->id_json, "event", event, NULL, 0);
+}

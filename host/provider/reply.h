@@ -1,0 +1,45 @@
+/*
+** Requests and what answers them: every line the provider writes is
+** composed here (envelope: docs/protocol.md). A request is answered
+** exactly once, by one terminal reply (reply_*), after any number of
+** events (send_event*); the line goes to the wire.
+*/
+#ifndef SMOL_REPLY_H
+#define SMOL_REPLY_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+
+#include "failure.h"
+
+/* One request in flight, owned by whoever answers it. */
+typedef struct request {
+  char *id_json;        /* the id exactly as it must be echoed: "\"a\"", "1" or "null" */
+  char method[32];
+} request;
+
+/* Raw bytes sent as a base64 string field of a reply, encoded straight into the line. */
+typedef struct blob {
+  const char *field;
+  const char *data;
+  size_t len;
+} blob;
+
+/* A request to answer under id_json (taken over; NULL: the id null) for method. */
+request *request_new(char *id_json, const char *method);
+
+/* Frees a request that was answered some other way (never needed by handlers). */
+void request_free(request *r);
+
+/* The terminal reply. Each consumes r (freed); result is consumed too. */
+void reply_result(request *r, cJSON *result);
+void reply_result_blobs(request *r, cJSON *result, const blob *blobs, size_t nblobs);
+void reply_failure(request *r, const failure *f);
+void reply_error(request *r, const char *code, const char *fmt, ...)
+  __attribute__((format(printf, 3, 4)));
+
+/* An event of r (r stays in flight); event is consumed. */
+void send_event(const request *r, cJSON *event);
+void send_event_blobs(const request *r, cJSON *event, const blob *blobs, size_t nblobs);
+
+#endif
