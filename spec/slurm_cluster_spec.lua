@@ -31,16 +31,12 @@ local function provider_of(job_id)
 end
 
 describe("the test cluster", function()
-  before_each(function()
-    local empty, listed = sh.queue_empties()
-    assert(empty, "a job was left from before: " .. tostring(listed))
-  end)
+  before_each(sh.assert_queue_empty)
 
   after_each(function()
     sandbox.shutdown()
     h.cleanup()
-    local empty, listed = sh.queue_empties()
-    assert(empty, "jobs left in squeue: " .. tostring(listed))
+    sh.assert_queue_empty()
   end)
 
   it("has nodes n1, n2 and n3, all idle", function()

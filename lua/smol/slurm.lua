@@ -42,7 +42,7 @@ local slurm = {
 
 local calls = {salloc = 0, scontrol = 0, scancel = 0, squeue = 0, srun = 0}
 local held = {}        -- allocations made here and not released yet
-local waiting = {}     -- salloc processes still running -> the job id they printed, or false
+local waiting = {}     -- salloc processes still running -> their allocation
 local exit_hook_registered = false
 
 local Allocation = {}
@@ -79,8 +79,8 @@ end
 Runs a Slurm command to its end; returns its stdout, or raises when it
 could not start or exited non-zero (unless opts.may_fail: then also the
 exit code and stderr). opts.on_stderr(line) sees each stderr line as it
-comes (and the process); opts.track keeps the process in `waiting` while it runs, for the
-exit hook to end it. The command leads its own process group: a
+comes; opts.track (an allocation) keeps the process in `waiting` while it
+runs, for the exit hook to end it. The command leads its own process group: a
 terminal's Ctrl-C reaches only the host, whose exit hooks end it in order.
 ]]
 local function run(argv, opts)
@@ -88,24 +88,26 @@ local function run(argv, opts)
   local name = argv[1]
   calls[name] = (calls[name] or 0) + 1
   local out, err, done = {}, {}, task.event()
-  local proc, msg, errname   -- declared first: on_stderr refers to proc
+  local proc, msg, errname   -- declared first: on_exit refers to proc
   proc, msg, errname = core.spawn{
     file = name, args = argv, process_group = true, stdout = "chunks", stderr = "lines",
     on_stdout = function(data) if data then out[#out + 1] = data end end,
     on_stderr = function(line)
       if not line then return end
       err[#err + 1] = line
-      if opts.on_stderr then opts.on_stderr(line, proc) end
+      if opts.on_stderr then opts.on_stderr(line) end
     end,
-    on_exit = function(code, signal) done:set(code, signal) end,
+    on_exit = function(code, signal)
+      waiting[proc] = nil
+      done:set(code, signal)
+    end,
   }
   if not proc then
     errors.raise{code = errname == "ENOENT" and "not_found" or "slurm", command = argv, path = name,
       message = ("cannot run `%s` (is Slurm installed?): %s"):format(name, tostring(msg))}
   end
-  if opts.track then waiting[proc] = false end
+  if opts.track then waiting[proc] = opts.track end
   local code, signal = done:wait()
-  waiting[proc] = nil
   proc:close()
   local stderr = tidy_stderr(err, name)
   if code ~= 0 and not opts.may_fail then
@@ -124,16 +126,16 @@ end
 --[[ The end of the run ]]
 
 -- A salloc still waiting for its grant: TERM makes it cancel its pending
--- job; KILL after slurm.exit_grace (the job id it printed is then cancelled).
+-- job; KILL after slurm.exit_grace (its allocation, still held, cancels the
+-- job id it printed).
 local function stop_waiting_sallocs()
-  for proc, job_id in pairs(waiting) do
+  local list = {}
+  for proc in pairs(waiting) do list[#list + 1] = proc end
+  for _, proc in ipairs(list) do
     proc:kill("TERM")
     local timer = core.timer(slurm.exit_grace, function() proc:kill("KILL") end)
-    local ok = pcall(function()
-      while waiting[proc] ~= nil do task.sleep(0.05) end
-    end)
+    while waiting[proc] ~= nil do task.sleep(0.05) end   -- on_exit clears it
     timer:stop()
-    if job_id and ok then pcall(run, {"scancel", job_id}, {may_fail = true}) end
   end
 end
 
@@ -210,7 +212,7 @@ end
 --[[ Allocations ]]
 
 local function new_allocation(job_id, made, nodes, cpus)
-  return setmetatable({job_id = tostring(job_id), made = made, nodes = nodes, cpus = cpus,
+  return setmetatable({job_id = job_id and tostring(job_id), made = made, nodes = nodes, cpus = cpus,
     released = false}, Allocation)
 end
 
@@ -265,26 +267,25 @@ local function existing(job_id, opts, env)
 end
 
 --[[
-Makes an allocation with salloc, which returns once it is granted. The job
-id is taken from what salloc prints ("Pending job allocation N", then
-"Granted job allocation N") as it prints it, so one interrupted while
-waiting is still known to the exit hook.
+Makes an allocation with salloc, which returns once it is granted. It is
+held (released at exit) before salloc starts, and gets its job id from
+what salloc prints ("Pending job allocation N", "Granted job allocation
+N") as it prints it: a run interrupted at any point still cancels it.
 ]]
 local function make(opts)
   register_exit_hook()
   local argv = salloc_argv(opts)
-  local job_id
-  local _, code, stderr = run(argv, {may_fail = true, track = true, on_stderr = function(line, proc)
-    job_id = job_id or line:match("job allocation (%d+)")
-    if job_id and waiting[proc] ~= nil then waiting[proc] = job_id end
-  end})
-  if code ~= 0 or not job_id then
-    if job_id then pcall(run, {"scancel", job_id}, {may_fail = true}) end
-    fail(argv, ("failed with status %d: %s"):format(code, stderr ~= "" and stderr or "(no message)"))
-  end
-  local alloc = new_allocation(job_id, true, {}, {})
+  local alloc = new_allocation(nil, true, {}, {})
   held[alloc] = true
-  local ok, err = pcall(function() alloc.nodes, alloc.cpus = describe_job(job_id) end)
+  local ok, err = pcall(function()
+    local _, code, stderr = run(argv, {may_fail = true, track = alloc, on_stderr = function(line)
+      alloc.job_id = alloc.job_id or line:match("job allocation (%d+)")
+    end})
+    if code ~= 0 or not alloc.job_id then
+      fail(argv, ("failed with status %d: %s"):format(code, stderr ~= "" and stderr or "(no message)"))
+    end
+    alloc.nodes, alloc.cpus = describe_job(alloc.job_id)
+  end)
   if not ok then
     alloc:release()
     error(err, 0)
@@ -346,6 +347,7 @@ function Allocation:release()
   if self.released or not self.made then return end
   self.released = true
   held[self] = nil
+  if not self.job_id then return end   -- salloc failed before it made a job
   run{"scancel", self.job_id}
   local deadline, pause = core.now() + slurm.release_wait, 0.05
   while not left_queue(self.job_id) do
