@@ -201,6 +201,22 @@ describe("smol.slurm", function()
       assert.equal("allocation " .. job_id .. " has 3 node(s), 4 asked for", err.message)
       sh.run{"scancel", job_id}
     end)
+
+    it("named by job = ID must exist and be running", function()
+      local busy = slurm.allocation{nodes = 3}
+      local out, code, err = sh.run{"sbatch", "--parsable", "-N1", "--wrap", "true"}
+      assert.equal(0, code, err)
+      local pending = out:match("^(%d+)")
+      local ok, e = pcall(slurm.allocation, {job = pending})
+      assert.is_false(ok)
+      assert.equal("slurm", e.code)
+      assert.matches("says job " .. pending .. " is PENDING, not RUNNING", tostring(e))
+      sh.run{"scancel", pending}
+      busy:release()
+      ok, e = pcall(slurm.allocation, {job = 999999})
+      assert.is_false(ok)
+      assert.matches("`scontrol show job %-d 999999` failed with status 1: .*Invalid job id specified", tostring(e))
+    end)
   end)
 
   describe("at the end of a run", function()

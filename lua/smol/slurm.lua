@@ -220,8 +220,9 @@ end
 local function describe_job(job_id)
   local text = run{"scontrol", "show", "job", "-d", tostring(job_id)}
   local state = text:match("JobState=(%S+)")
-  if state ~= "RUNNING" then
-    fail({"scontrol", "show", "job", tostring(job_id)},
+  -- CONFIGURING: granted, its nodes still booting (srun waits for them)
+  if state ~= "RUNNING" and state ~= "CONFIGURING" then
+    fail({"scontrol", "show", "job", "-d", tostring(job_id)},
       ("says job %s is %s, not RUNNING"):format(job_id, tostring(state)))
   end
   local nodes, cpus = {}, {}
@@ -333,8 +334,11 @@ end
 
 -- True when squeue no longer lists the job (ended, or already forgotten).
 local function left_queue(job_id)
-  local out, code = run({"squeue", "--noheader", "--jobs=" .. job_id, "--format=%T"}, {may_fail = true})
-  return code ~= 0 or out:match("%S") == nil
+  local argv = {"squeue", "--noheader", "--jobs=" .. job_id, "--format=%T"}
+  local out, code, stderr = run(argv, {may_fail = true})
+  if code == 0 then return out:match("%S") == nil end
+  if stderr:match("Invalid job id") then return true end
+  fail(argv, ("failed with status %d: %s"):format(code, stderr))
 end
 
 --[[
