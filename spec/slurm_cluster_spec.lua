@@ -45,6 +45,34 @@ describe("the test cluster", function()
     assert.equal("n1 idle\nn2 idle\nn3 idle\n", out)
   end)
 
+  it("lets a second cluster run beside it, on ports of its own, and stop without a trace", function()
+    local link = h.tempdir() .. "/second"
+    local out, code, err = sh.run({"bash", ".ci/slurm-up", link}, {timeout = 60})
+    assert.equal(0, code, err)
+    local dir = assert(out:match("%((/tmp/smolwf%-slurm%.[%w]+),"), out)
+    local function port(conf)
+      return assert(io.open(conf)):read("a"):match("\nSlurmctldPort=(%d+)")
+    end
+    assert.are_not.equal(port(os.getenv("SLURM_CONF")), port(link .. "/slurm.conf"))
+    local function in_second(...)
+      return sh.run{"env", "SLURM_CONF=" .. link .. "/slurm.conf", ...}
+    end
+    assert.matches("^%d+", (in_second("sbatch", "--parsable", "-N1", "--wrap", "sleep 300")))
+    assert.equal("", sh.queue())             -- its job is not ours
+    assert.is_true(h.wait_until(function()
+      return in_second("squeue", "--noheader", "--format=%T %j") == "RUNNING wrap\n"
+    end))
+    out, code, err = in_second("srun", "-N3", "-l", "printenv", "SLURMD_NODENAME")
+    assert.equal(0, code, err)
+    assert.same({[0] = "n1", [1] = "n2", [2] = "n3"}, labelled(out))
+    _, code, err = sh.run({"bash", ".ci/slurm-down", link}, {timeout = 60})
+    assert.equal(0, code, err)
+    assert.is_nil(io.open(dir .. "/slurm.conf"))
+    assert.is_nil(io.open(link .. "/slurm.conf"))
+    out = sh.run{"sinfo", "--noheader", "--Node", "--format=%N %T"}
+    assert.equal("n1 idle\nn2 idle\nn3 idle\n", out)
+  end)
+
   it("runs `srun -N3 -n3 -l` with one task on each of n1, n2 and n3", function()
     local out, code, err = sh.run{"srun", "-N3", "-n3", "-l", "printenv", "SLURMD_NODENAME"}
     assert.equal(0, code, err)
