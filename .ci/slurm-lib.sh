@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shell functions shared by .ci/slurm-up and .ci/slurm-down (sourced).
 
 pid_of() { cat "$1" 2>/dev/null; }
