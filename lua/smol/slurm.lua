@@ -218,12 +218,12 @@ end
 
 -- The nodes and per-node CPU counts of job id, from `scontrol show job -d`.
 local function describe_job(job_id)
-  local text = run{"scontrol", "show", "job", "-d", tostring(job_id)}
+  local argv = {"scontrol", "show", "job", "-d", tostring(job_id)}
+  local text = run(argv)
   local state = text:match("JobState=(%S+)")
   -- CONFIGURING: granted, its nodes still booting (srun waits for them)
   if state ~= "RUNNING" and state ~= "CONFIGURING" then
-    fail({"scontrol", "show", "job", "-d", tostring(job_id)},
-      ("says job %s is %s, not RUNNING"):format(job_id, tostring(state)))
+    fail(argv, ("says job %s is %s, not RUNNING"):format(job_id, tostring(state)))
   end
   local nodes, cpus = {}, {}
   for list, ids in text:gmatch("\n%s+Nodes=(%S+) CPU_IDs=(%S+)") do
@@ -232,9 +232,7 @@ local function describe_job(job_id)
       nodes[#nodes + 1], cpus[node] = node, n
     end
   end
-  if #nodes == 0 then
-    fail({"scontrol", "show", "job", "-d", tostring(job_id)}, "lists no nodes for job " .. job_id)
-  end
+  if #nodes == 0 then fail(argv, "lists no nodes for job " .. job_id) end
   return nodes, cpus
 end
 
