@@ -57,7 +57,7 @@ describe("the test cluster", function()
     local function in_second(...)
       return sh.run{"env", "SLURM_CONF=" .. link .. "/slurm.conf", ...}
     end
-    assert.matches("^%d+", (in_second("sbatch", "--parsable", "-N1", "--wrap", "sleep 300")))
+    assert.matches("^%d+", (in_second("sbatch", "--parsable", "-N1", "--output=/dev/null", "--wrap", "sleep 300")))
     assert.equal("", sh.queue())             -- its job is not ours
     assert.is_true(h.wait_until(function()
       return in_second("squeue", "--noheader", "--format=%T %j") == "RUNNING wrap\n"

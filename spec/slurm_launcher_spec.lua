@@ -204,7 +204,7 @@ describe("smol.slurm", function()
 
     it("named by job = ID must exist and be running", function()
       local busy = slurm.allocation{nodes = 3}
-      local out, code, err = sh.run{"sbatch", "--parsable", "-N1", "--wrap", "true"}
+      local out, code, err = sh.run{"sbatch", "--parsable", "-N1", "--output=/dev/null", "--wrap", "true"}
       assert.equal(0, code, err)
       local pending = out:match("^(%d+)")
       local ok, e = pcall(slurm.allocation, {job = pending})
