@@ -320,10 +320,10 @@ describe("workflow steps in a sandbox", function()
     local pidfile = h.temp_dir()
     local r = run { steps = { { name = "a", run = function(ctx)
       ctx:sh("true")
-      local conn = ctx:session()._conn
+      local conn = ctx:session():connection()
       task.spawn(function()
         h.read_pid(pidfile, 5)
-        conn.proc:kill("KILL")
+        conn:kill("KILL")
       end)
       ctx:sh("echo $$ > " .. pidfile .. "; exec sleep 5")
     end } } }

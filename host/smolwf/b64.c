@@ -87,6 +87,25 @@ static int core_b64decode(lua_State *L) {
   return push_decoded(L, src, n, dst, &b);
 }
 
+int b64_push(lua_State *L, const char *src, size_t n) {
+  unsigned char *dst = scratch_for(b64_decoded_maxlen(n) + 1);
+  size_t out = 0;
+  if (dst != NULL) {
+    if (b64_decode(src, n, dst, &out) != 0) return 0;
+    lua_pushlstring(L, (const char *)dst, out);
+    return 1;
+  }
+  luaL_Buffer b;
+  dst = (unsigned char *)luaL_buffinitsize(L, &b, b64_decoded_maxlen(n) + 1);
+  if (b64_decode(src, n, dst, &out) != 0) {
+    luaL_pushresultsize(&b, 0);
+    lua_pop(L, 1);
+    return 0;
+  }
+  luaL_pushresultsize(&b, out);
+  return 1;
+}
+
 void b64_open(lua_State *L) {
   static const luaL_Reg funcs[] = {
     {"b64encode", core_b64encode}, {"b64decode", core_b64decode}, {NULL, NULL}};

@@ -30,11 +30,11 @@
 #define CAPTURE_MT "smol.capture"
 #define FIRST_CAP ((size_t)64 * 1024)
 
-typedef struct capture {
+struct capture {
   char *data;
   size_t len, cap, limit;
   int truncated;
-} capture;
+};
 
 static capture *check_capture(lua_State *L) {
   return luaL_checkudata(L, 1, CAPTURE_MT);
@@ -53,16 +53,21 @@ static int reserve(capture *c, size_t need) {
   return 1;
 }
 
+int capture_add(capture *c, const char *bytes, size_t n) {
+  size_t room = c->limit - c->len;
+  if (n > room) { c->truncated = 1; n = room; }
+  if (n == 0) return 1;
+  if (!reserve(c, c->len + n)) return 0;
+  memcpy(c->data + c->len, bytes, n);
+  c->len += n;
+  return 1;
+}
+
 static int capture_append(lua_State *L) {
   capture *c = check_capture(L);
   size_t n;
   const char *bytes = luaL_checklstring(L, 2, &n);
-  size_t room = c->limit - c->len;
-  if (n > room) { c->truncated = 1; n = room; }
-  if (n == 0) return 0;
-  if (!reserve(c, c->len + n)) return luaL_error(L, "not enough memory to capture output");
-  memcpy(c->data + c->len, bytes, n);
-  c->len += n;
+  if (!capture_add(c, bytes, n)) return luaL_error(L, "not enough memory to capture output");
   return 0;
 }
 
@@ -92,12 +97,16 @@ static size_t check_limit(lua_State *L) {
   return limit >= (lua_Number)SIZE_MAX ? SIZE_MAX : (size_t)limit;
 }
 
-static int core_capture(lua_State *L) {
-  size_t limit = check_limit(L);
+capture *capture_push(lua_State *L, size_t limit) {
   capture *c = lua_newuserdatauv(L, sizeof *c, 0);
   memset(c, 0, sizeof *c);
   c->limit = limit;
   luaL_setmetatable(L, CAPTURE_MT);
+  return c;
+}
+
+static int core_capture(lua_State *L) {
+  capture_push(L, check_limit(L));
   return 1;
 }
 

@@ -53,23 +53,23 @@ void sigint_open(lua_State *L);       /* core.resume: resumes a task, watched fo
 
 /* signames.h (host/common): "TERM" <-> SIGTERM, 0 / NULL when unknown */
 
-/* router.c: reply lines straight to their request's queue (see there) */
-typedef struct reply_router {
-  int on, pending_ref, notify_ref, max_depth;
-  size_t max_line;
-} reply_router;
-int router_take(const reply_router *rt, lua_State *L, const char *line, size_t len); /* 1: routed */
-void router_on(lua_State *L, reply_router *rt, int idx); /* args at idx..idx+3 */
-void router_off(reply_router *rt);
-
 /* json_arena.c: cJSON's memory (a bump arena each C call resets first) */
 void json_arena_install(void);
 void json_arena_reset(void);
 
-/* message.c: pushes id, kind, body of a protocol line (3), or fail, why (2) */
-int message_push(lua_State *L, const char *line, size_t len, int max_depth);
+/* json_lua.c: pushes item as a Lua value; 0 (nothing pushed) past max_depth */
+struct cJSON;
+int json_push(lua_State *L, const struct cJSON *item, int max_depth, int depth);
 
-/* reader.c: reading a pipe in "lines" or "chunks" mode into a Lua callback */
+/*
+** reader.c: reading a pipe in "lines" or "chunks" mode into a Lua callback,
+** or into a C sink: fn(ctx, line, len, NULL) per line, then fn(ctx, NULL,
+** 0, err) once at the end (err NULL at EOF).
+*/
+typedef struct line_sink {
+  void (*fn)(void *ctx, const char *data, size_t n, const char *err);
+  void *ctx;
+} line_sink;
 typedef struct reader reader;
 typedef void (*reader_done_fn)(reader *r, void *owner);
 struct reader {
@@ -82,14 +82,14 @@ struct reader {
   reader_done_fn on_done;   /* after EOF/error was delivered */
   reader_done_fn on_closed; /* from the pipe's close callback */
   linebuf lb;
-  reply_router router;      /* lines mode: replies routed in C while on */
+  line_sink sink;           /* instead of the Lua callback when set */
 };
 int reader_init(reader *r, uv_loop_t *loop, int lines, size_t max_line,
                 void *owner, reader_done_fn on_done, reader_done_fn on_closed);
 int reader_init_fd(reader *r, uv_loop_t *loop, int fd, int lines, size_t max_line,
                    void *owner, reader_done_fn on_done, reader_done_fn on_closed);
 int reader_start(reader *r);
-void reader_detach(reader *r);        /* drops the Lua callback; keeps draining */
+void reader_detach(reader *r);        /* drops the callback or sink; keeps draining */
 void reader_close(reader *r);         /* idempotent; on_closed follows */
 int reader_finished(const reader *r);  /* EOF/error delivered, or closed */
 
@@ -117,15 +117,29 @@ void spawn_opts_check(lua_State *L, int idx, spawn_opts *o); /* pushes anchors *
 /* each file adds its functions to the smol.core table on the stack top */
 void timer_open(lua_State *L);
 void process_open(lua_State *L);
+/* process.c, for conn.c: a spawned process seen from C */
+typedef struct proc proc;
+int process_spawn(lua_State *L);      /* core.spawn: pushes the box, or fail, msg, errname */
+proc *process_of(lua_State *L, int idx); /* the box's process; NULL once closed */
+void process_sink_stdout(proc *p, line_sink sink);
+int process_write_pieces(lua_State *L, proc *p, int first, int last); /* 0 or a UV_E* code */
+void process_close_stdin(proc *p);
+int process_kill(proc *p, int signo);  /* 0, or -1 with errno; exited: 0 */
+int process_pid(const proc *p);
 /* class.c: registers a userdata class's metatable (meta: metamethods, methods: its __index) */
 struct luaL_Reg;
 void host_class(lua_State *L, const char *name, const struct luaL_Reg *methods,
                 const struct luaL_Reg *meta);
 void b64_open(lua_State *L);
 void capture_open(lua_State *L);        /* capture.c: core.capture, exec's kept output */
-void message_open(lua_State *L);        /* message.c: core.decode_message */
+typedef struct capture capture;
+capture *capture_push(lua_State *L, size_t limit);  /* a new core.capture on the stack */
+int capture_add(capture *c, const char *bytes, size_t n); /* 0: out of memory */
+int b64_push(lua_State *L, const char *src, size_t n); /* b64.c: pushes the bytes; 0 (nothing) if invalid */
 void command_open(lua_State *L);        /* command.c: core.process_params */
 void fs_open(lua_State *L);
+void os_open(lua_State *L);            /* os.c: core.chmod, kill, getpid, raise, error_code */
+int host_check_signal(lua_State *L, int idx); /* a signal name or number argument (misuse raises) */
 void loop_open(lua_State *L);
 void stdio_open(lua_State *L);
 void tty_open(lua_State *L);            /* tty.c: core.isatty, core.term_width */
