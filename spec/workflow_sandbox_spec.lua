@@ -256,7 +256,7 @@ describe("workflow steps in a sandbox", function()
     } }, { report_dir = report })
     local inst = r.instances[1]
     assert.are.equal("failed", inst.status)
-    assert.matches('save_artifact%("out"%) failed: symlink `out/escape` points outside the sandbox', inst.error)
+    assert.matches('save_artifact%("out"%) failed: permission_denied: symlink `out/escape` points outside the sandbox', inst.error)
     assert.are.same({}, inst.artifacts)
     local lfs = require "lfs"
     assert.is_nil(lfs.attributes(report .. "/artifacts/a"), "no empty folder after a failed save")

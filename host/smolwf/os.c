@@ -6,8 +6,9 @@
 **   core.kill(pid, sig)        -> true | nil, "kill PID: message", "ESRCH"
 **   core.getpid()              -> this process's id
 **   core.raise(sig)            ends this process by sig (its default action)
-**   core.error_code(name)      -> the protocol code of an errno name
-**                                 ("ENOENT" -> "not_found"; "io_error")
+**   core.error_code(e)         -> the protocol code of an errno name or
+**                                 number ("ENOENT" or 2 -> "not_found";
+**                                 "io_error" for the rest and for nil)
 **
 ** Failures come back as values, as io.open's do (luaL_fileresult style);
 ** only a bad argument raises. sig is a name ("TERM", "SIGTERM") or a
@@ -89,7 +90,9 @@ static int core_raise(lua_State *L) {
 }
 
 static int core_error_code(lua_State *L) {
-  lua_pushstring(L, errno_name_code(luaL_checkstring(L, 1)));
+  if (lua_type(L, 1) == LUA_TNUMBER) lua_pushstring(L, errno_code((int)luaL_checkinteger(L, 1)));
+  else if (lua_isnoneornil(L, 1)) lua_pushliteral(L, "io_error");
+  else lua_pushstring(L, errno_name_code(luaL_checkstring(L, 1)));
   return 1;
 }
 

@@ -30,12 +30,8 @@ Process.__index = Process
 
 --[[ Paths and errors ]]
 
--- errno values (Linux) -> protocol error codes
-local ERRNO_CODE = {[1] = "permission_denied", [2] = "not_found", [13] = "permission_denied",
-  [17] = "already_exists", [20] = "not_a_directory", [21] = "is_a_directory", [39] = "already_exists"}
-
 local function fail(op, path, msg, errno)
-  errors.raise{code = ERRNO_CODE[errno] or "io_error", op = op, path = path, message = tostring(msg)}
+  errors.raise{code = core.error_code(errno), op = op, path = path, message = tostring(msg)}
 end
 
 function Host:resolve(path)
@@ -91,7 +87,10 @@ function Host:write_file(path, data, opts)
   local ok, wmsg, werrno = f:write(data)
   f:close()
   if not ok then fail("write_file", path, wmsg, werrno) end
-  if opts and opts.mode then os.execute(("chmod %o '%s'"):format(opts.mode, full:gsub("'", "'\\''"))) end
+  if opts and opts.mode then
+    local okm, mmsg, merr = core.chmod(full, opts.mode)
+    if not okm then errors.raise{code = core.error_code(merr), op = "write_file", path = path, message = mmsg} end
+  end
 end
 
 function Host:read_file(path, opts)
@@ -103,7 +102,8 @@ function Host:read_file(path, opts)
   local eof = f:read(0) == nil
   f:close()
   if data == nil and rmsg then fail("read_file", path, rmsg, rerrno) end
-  return data or "", eof
+  if opts and (opts.offset or opts.length) then return data or "", eof end
+  return data or ""
 end
 
 function Host:create_dir_all(path)
