@@ -457,12 +457,19 @@ describe("smol.sandbox", function()
       end,
       meet = function(_, mine, theirs) return h.meet_argv(mine, theirs) end}
   end
+  -- sandbox.host{}: the same session class, served on this machine.
+  providers[#providers + 1] = {name = "sandbox.host{}", host = true, program = true, real = true,
+    interleave = function(tag)
+      return {"sh", "-c", ("for i in 1 2 3 4 5; do echo %s $i; sleep 0.02; done"):format(tag)}
+    end,
+    meet = function(_, mine, theirs) return h.meet_argv(mine, theirs) end}
   for _, prov in ipairs(providers) do
     describe("against " .. prov.name, function()
       local sb, ws
       before_each(function()
         if not prov.program then return end
         ws = h.tempdir()
+        if prov.host then sb = sandbox.host{cwd = ws} return end
         sb = sandbox.open{program = prov.program, profile = prov.profile, workspace = ws}
       end)
       after_each(function() if sb then sb:close() end end)
@@ -481,6 +488,23 @@ describe("smol.sandbox", function()
           fn()
         end)
       end
+
+      it_any("reports misuse at the caller's line, naming what was wrong", function()
+        local _, e = pcall(function() sb:exec{"true", time_out = 1} end)
+        assert.matches('sandbox_spec%.lua:%d+: sandbox: exec: unknown option "time_out"', e)
+        _, e = pcall(function() sb:exec{"echo", 42} end)
+        assert.matches("sandbox_spec%.lua:%d+: sandbox: exec: argv%[2%] must be a string", e)
+        _, e = pcall(function() sb:read_file("x", 5) end)
+        assert.matches("sandbox_spec%.lua:%d+: bad argument #2 to 'read_file' %(table of options expected, got number%)", e)
+        _, e = pcall(function() sb.exec{"true"} end)
+        assert.matches("sandbox_spec%.lua:%d+: sandbox: exec: expected a session", e)
+      end)
+
+      it_any("reads a file as one value, as Lua's readers do", function()
+        sb:write_file("n", "42")
+        assert.equal(42, tonumber(sb:read_file("n")))
+        assert.equal(1, select("#", sb:read_file("n")))
+      end)
 
       it_any("runs two execs in two tasks at once", function()
         -- each waits for the other to start: one after the other, the first gives up

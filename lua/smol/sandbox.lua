@@ -14,7 +14,7 @@ smol.sandbox: sandbox sessions served by provider programs.
   sb:stat / list_dir            (sessions announcing "fs_extra")
   sb:connection()               the provider connection (pid, program, alive())
   sb:close()                    (also __close and __gc)
-  sandbox.host{cwd = "."}       the same methods on this machine (smol.localhost)
+  sandbox.host{cwd = "."}       a session on this machine (smol.host_provider)
 
 One provider process per program serves every session opened with it (the
 pool below); one that exited or broke the protocol is replaced at the next
@@ -271,8 +271,26 @@ function sandbox.open(opts)
   return new_session(conn, session, program)
 end
 
+--[[
+sandbox.host{cwd = "."}: a session on this machine, with no isolation,
+served by smol.host_provider (see there for what "the host" means) like
+any other provider: the same checks, results and errors as a sandbox.
+The provider is started once, as `smolwf provider FILE serve`, and pooled.
+]]
+local host_program
+
 function sandbox.host(opts)
-  return require("smol.localhost").new(opts)
+  opts = opts or {}
+  if type(opts) ~= "table" then error("sandbox.host: expected a table of options", 2) end
+  local cwd = opts.cwd or "."
+  if type(cwd) ~= "string" then error("sandbox.host: cwd must be a string", 2) end
+  if not host_program then
+    local file = package.searchpath("smol.host_provider", package.path)
+    if not file then error("sandbox.host: cannot find the module smol.host_provider", 2) end
+    if file:sub(1, 1) ~= "/" then file = require("lfs").currentdir() .. "/" .. file end
+    host_program = {core.exe_path(), "provider", file}
+  end
+  return sandbox.open{program = host_program, profile = "host/default", workspace = cwd}
 end
 
 --[[ Session plumbing ]]

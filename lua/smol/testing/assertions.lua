@@ -30,8 +30,8 @@ end
 
 local shell_quote = require("smol.shell").quote
 
---- The command of an exec or wait result (`r.argv`, which smol.sandbox and
---- smol.localhost put there) as a shell-like line; a placeholder for a
+--- The command of an exec or wait result (`r.argv`, which smol.sandbox
+--- puts there) as a shell-like line; a placeholder for a
 --- result made some other way.
 function M.command_of(r)
   local argv = r.argv
