@@ -500,6 +500,24 @@ describe("smol.sandbox", function()
         assert.matches("sandbox_spec%.lua:%d+: sandbox: exec: expected a session", e)
       end)
 
+      it_any("gives a quiet exec (no callbacks) the same result as one that watches its events", function()
+        local seen = {}
+        local watched = sb:exec{"sh", "-c", "echo out; echo err >&2; exit 3",
+          on_event = function(ev) seen[#seen + 1] = ev.type end}
+        local quiet = sb:exec{"sh", "-c", "echo out; echo err >&2; exit 3"}
+        for _, r in ipairs{watched, quiet} do
+          assert.equal(watched.exit_code, r.exit_code)
+          assert.is_string(r.process_id)
+        end
+        assert.same({watched.stdout, watched.stderr}, {quiet.stdout, quiet.stderr})
+        if prov.real then   -- the fault fixture's commands are canned
+          assert.same({3, false}, {quiet.exit_code, quiet.ok})
+          assert.same({"out\n", "err\n"}, {quiet.stdout, quiet.stderr})
+        end
+        assert.equal("started", seen[1])
+        assert.equal("exited", seen[#seen])
+      end)
+
       it_any("reads a file as one value, as Lua's readers do", function()
         sb:write_file("n", "42")
         assert.equal(42, tonumber(sb:read_file("n")))

@@ -11,8 +11,8 @@ nothing is silently dropped:
                    session when the deadline passes: timed_out = "wall")
   idle_timeout     sent with "timeout"; else unsupported
   max_output_bytes sent (as 0: the client keeps the output from the
-                   events) with "output_limit"; else the result's copy is
-                   cut here
+                   events) with "output_limit"; else the client cuts the
+                   result's copy (smol.sandbox's exec, build_result)
   offset, length, append, mode, stat, list_dir   "fs_extra"
   wait, kill, write_stdin                         "process"
 ]]
@@ -30,26 +30,18 @@ function M.require(session, cap, op, path)
 end
 
 --[[
-How an exec/spawn spec's timeouts are honoured: returns send (the
-provider gets timeout_ms/idle_timeout_ms) and, when the client enforces
-the wall clock itself, its seconds. path: the command, for the error.
+The wall-clock deadline, in seconds, that the client must keep itself for
+an exec/spawn spec with timeouts, or nil when there is none to keep (no
+timeouts, or the session keeps them: it gets timeout_ms/idle_timeout_ms).
+Raises `unsupported` when the session can keep them neither way. path:
+the command, for the error.
 ]]
-function M.timeouts(session, spec, op, path)
-  local caps = session.capabilities
-  if spec.timeout == nil and spec.idle_timeout == nil then return false, nil end
-  if caps.timeout then return true, nil end
-  if spec.idle_timeout ~= nil then M.require(session, "timeout", op, path) end
-  if op ~= "exec" then M.require(session, "timeout", op, path) end
+function M.client_deadline(session, spec, op, path)
+  if spec.timeout == nil and spec.idle_timeout == nil then return nil end
+  if session.capabilities.timeout then return nil end
+  if spec.idle_timeout ~= nil or op ~= "exec" then M.require(session, "timeout", op, path) end
   M.require(session, "process", op, path)
-  return false, spec.timeout
-end
-
--- How exec keeps its output: "none" (capture = false), "events" (the
--- client keeps it from the events: output_limit) or "result" (the
--- result's own copy, cut to the cap by the client).
-function M.exec_capture(session, spec)
-  if spec.capture == false then return "none" end
-  return session.capabilities.output_limit and "events" or "result"
+  return spec.timeout
 end
 
 return M

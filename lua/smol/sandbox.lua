@@ -603,8 +603,8 @@ function Session:exec(spec)
   check_open(self, "exec")
   local caps = self.capabilities
   local argv, params = core.process_params(spec, "exec", self._session_json, caps.timeout, self._exec_tail)
-  local _, seconds = capabilities.timeouts(self, spec, "exec", argv[1])
-  local capture = capabilities.exec_capture(self, spec)
+  local seconds = (spec.timeout or spec.idle_timeout) and capabilities.client_deadline(self, spec, "exec", argv[1])
+  local capture = spec.capture == false and "none" or caps.output_limit and "events" or "result"
   -- process_id false, not absent: the `started` event then sets a field the
   -- table has room for (a new key would make Lua grow the table)
   local req = {spec = spec, capture = capture, process_id = false,
@@ -616,7 +616,7 @@ end
 function Session:spawn(spec)
   check_open(self, "spawn")
   local argv, params = core.process_params(spec, "spawn", self._session_json, self.capabilities.timeout, "}")
-  capabilities.timeouts(self, spec, "spawn", argv[1])
+  if spec.timeout or spec.idle_timeout then capabilities.client_deadline(self, spec, "spawn", argv[1]) end
   local req = {spec = spec, capture = "result", process_id = false}
   local r = process_request(self, "spawn", params, req, "spawn", argv[1])
   if type(r.process_id) ~= "string" then
