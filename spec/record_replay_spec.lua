@@ -152,7 +152,6 @@ end)
 
 describe("smolwf run --replay", function()
   it("runs a recorded workflow with no PATH: a replay starts no program by name and writes no wrapper", function()
-    local h = dofile("spec/fixtures/helpers.lua")
     local dir = assert(core.mkdtemp("/tmp/smolwf-rr-path-XXXXXX"))
     finally(function() testing.remove_tree(dir) end)
     local file = assert(io.open(dir .. "/wf.lua", "w"))
@@ -171,7 +170,7 @@ return wf.define{name = "nopath", sandbox = {profile = "local/default", workspac
     local ok, how, code = os.execute(("cd %q && %q run --no-progress --report-dir %q --record %q wf.lua >/dev/null 2>&1")
       :format(dir, smolwf, report .. "1", rec))
     assert.is_true(ok, ("recording run failed: %s %s"):format(how, code))
-    local out = h.tempdir() .. "/out"
+    local out = dir .. "/out"
     ok, how, code = os.execute(("cd %q && env PATH=/nonexistent %q run --no-progress --report-dir %q --replay %q wf.lua >%q 2>&1")
       :format(dir, smolwf, report .. "2", rec, out))
     assert.is_true(ok, ("replay without PATH failed (%s %s): %s"):format(how, code, io.open(out):read("a")))

@@ -10,7 +10,9 @@ What makes it "the host": a session's workspace is the directory given
 (used in place, never copied) and its cwd; relative paths resolve against
 it and any path is allowed; commands get this machine's environment plus
 the request's `env`, and run as process-group leaders, so kill and
-timeouts reach their children too. A spawned process's output is buffered
+timeouts reach their children too. Temp dirs it made (create_temp_dir, in
+$TMPDIR) are removed at close, as a provider's temp area is. A spawned
+process's output is buffered
 (at most SPAWN_BUFFER_BYTES per stream, oldest dropped first, reported by
 a `dropped` event) until `wait` delivers it.
 ]]
@@ -18,7 +20,7 @@ a `dropped` event) until `wait` delivers it.
 local core = require "smol.core"
 local task = require "smol.task"
 local errors = require "smol.errors"
-local server = require "smol.provider_server"
+local server = require "smol.provider.server"
 local lfs = require "lfs"
 local null = require("cjson").null
 
@@ -55,6 +57,7 @@ local CAPABILITIES = {exec = true, process = true, timeout = true, signal = true
   output_limit = true, fs_extra = true, isolation = "none"}
 
 local methods = {}
+local remove_tree   -- (below, with the file operations)
 
 function methods.open(params)
   local dir = params.workspace_sync.host_path
@@ -67,7 +70,7 @@ function methods.open(params)
   end
   nsessions = nsessions + 1
   local id = "host_" .. nsessions
-  sessions[id] = {id = id, cwd = cwd, processes = {}}
+  sessions[id] = {id = id, cwd = cwd, processes = {}, temp_dirs = {}}
   return {id = id, cwd = cwd, capabilities = CAPABILITIES}
 end
 
@@ -79,11 +82,12 @@ function methods.close(params)
   if not s then server.fail("unknown_session", "close: no open session `" .. tostring(id) .. "`") end
   sessions[id] = nil
   for _, p in pairs(s.processes) do
-    if not p.done then
+    if not p.done and p.proc then
       p.proc:kill("KILL")
       p.proc:close()
     end
   end
+  for _, dir in ipairs(s.temp_dirs) do pcall(remove_tree, dir, dir) end
   return {}
 end
 
@@ -134,7 +138,7 @@ function methods.create_dir_all(params)
   return {}
 end
 
-local function remove_tree(full, path)
+function remove_tree(full, path)
   if lfs.symlinkattributes(full, "mode") == "directory" then
     for name in lfs.dir(full) do
       if name ~= "." and name ~= ".." then remove_tree(full .. "/" .. name, path) end
@@ -153,10 +157,11 @@ function methods.remove(params)
 end
 
 function methods.create_temp_dir(params)
-  session_of(params)
+  local s = session_of(params)
   local base = os.getenv("TMPDIR") or "/tmp"
   local dir, err, errname = core.mkdtemp(base .. "/" .. (params.prefix or "tmp-") .. "XXXXXX")
   if not dir then errors.raise{code = core.error_code(errname), op = "create_temp_dir", message = err} end
+  s.temp_dirs[#s.temp_dirs + 1] = dir   -- removed at close, as a provider's temp area is
   return {path = dir}
 end
 
