@@ -39,6 +39,7 @@ enum { CONN_RUNNING, CONN_STOPPED, CONN_CLOSED };
 
 typedef struct conn {
   int state;
+  proc *proc;                      /* the box's process: valid while the box is held */
   int max_depth;
   size_t max_line;
   lua_Integer next_id, npending;
@@ -54,17 +55,28 @@ typedef struct conn {
 
 static void unref(int *ref) { host_unref(ref); }
 
+/*
+** The connection at 1 (misuse raises). Methods get the metatable as their
+** upvalue: comparing it is cheaper than luaL_checkudata's lookup by name,
+** and every request calls a few methods.
+*/
+static conn *to_conn(lua_State *L) {
+  conn *c = lua_touserdata(L, 1);
+  if (c == NULL || !lua_getmetatable(L, 1) || !lua_rawequal(L, -1, lua_upvalueindex(1)))
+    luaL_typeerror(L, 1, CONN_MT);
+  lua_pop(L, 1);
+  return c;
+}
+
 static conn *check_conn(lua_State *L) {
-  conn *c = luaL_checkudata(L, 1, CONN_MT);
+  conn *c = to_conn(L);
   if (c->state == CONN_CLOSED) luaL_error(L, "attempt to use a closed provider connection");
   return c;
 }
 
 static proc *conn_proc(lua_State *L, conn *c) {
-  lua_rawgeti(L, LUA_REGISTRYINDEX, c->box_ref);
-  proc *p = process_of(L, -1);
-  lua_pop(L, 1);
-  return p;
+  (void)L;
+  return c->state == CONN_CLOSED ? NULL : c->proc;
 }
 
 /*
@@ -601,11 +613,20 @@ static void push_queue(lua_State *L, conn *c) {
   lua_remove(L, -2);
 }
 
+/* The decimal digits of v at the end of buf[24]; returns their start. */
+static char *format_id(lua_Integer v, char *buf) {
+  char *p = buf + 24;
+  unsigned long long u = (unsigned long long)v;   /* ids are positive */
+  do *--p = (char)('0' + u % 10); while ((u /= 10) != 0);
+  return p;
+}
+
 /* conn:send(method, params_json [, quiet]) -> rq | nil, why */
 static int conn_send(lua_State *L) {
   conn *c = check_conn(L);
   luaL_checkstring(L, 2);
-  luaL_checkstring(L, 3);
+  size_t params_len;
+  const char *params = luaL_checklstring(L, 3, &params_len);
   if (!lua_isnoneornil(L, 4) && !lua_isboolean(L, 4)) {
     lua_Integer cap = luaL_checkinteger(L, 4);
     luaL_argcheck(L, cap >= 0, 4, "the output to keep must be a non-negative integer");
@@ -617,20 +638,23 @@ static int conn_send(lua_State *L) {
     return 2;
   }
   lua_Integer id = c->next_id++;
-  int first = lua_gettop(L) + 1;
-  lua_pushliteral(L, "{\"id\":");
-  lua_pushinteger(L, id);
-  push_infix(L, c, 2);
-  lua_pushvalue(L, 3);
-  lua_pushliteral(L, "}\n");
+  push_infix(L, c, 2);   /* at 5 */
+  size_t infix_len;
+  const char *infix = lua_tolstring(L, 5, &infix_len);
+  char digits[24];
+  char *id_text = format_id(id, digits);
+  uv_buf_t bufs[5] = {uv_buf_init((char *)"{\"id\":", 6), uv_buf_init(id_text, (unsigned)(digits + 24 - id_text)),
+                      uv_buf_init((char *)infix, (unsigned)infix_len), uv_buf_init((char *)params, (unsigned)params_len),
+                      uv_buf_init((char *)"}\n", 2)};
   if (c->observe_ref != LUA_NOREF) {
-    for (int i = first; i < first + 4; i++) lua_pushvalue(L, i);
-    lua_pushliteral(L, "}");   /* the line without its newline */
-    lua_concat(L, 5);
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    for (int i = 0; i < 5; i++) luaL_addlstring(&b, bufs[i].base, bufs[i].len - (i == 4));
+    luaL_pushresult(&b);   /* the line without its newline */
     observe(L, c, "send", lua_gettop(L));
-    lua_pop(L, 1);
+    lua_settop(L, 5);
   }
-  int rc = process_write_pieces(L, conn_proc(L, c), first, first + 4);
+  int rc = process_write_bufs(L, conn_proc(L, c), bufs, 5);
   lua_settop(L, 4);
   if (rc != 0) {
     luaL_pushfail(L);
@@ -652,9 +676,62 @@ static int conn_send(lua_State *L) {
   return 1;
 }
 
-/* conn:take(rq) -> kind, body | nil */
+/* Pushes the request's process_id, stdout and stderr captures (nil where none). */
+static void push_outcome(lua_State *L, int rq) {
+  for (int slot = RQ_PID; slot <= RQ_ERR; slot++) {
+    lua_rawgeti(L, rq, slot);
+    if (!lua_toboolean(L, -1)) {
+      lua_pop(L, 1);
+      lua_pushnil(L);
+    }
+  }
+}
+
+/*
+** The request at rq ended with its reply (take found result or error):
+** pushes its process_id and kept output, and pools its queue. Only the
+** slots a request set are reset.
+*/
+static void recycle(lua_State *L, conn *c, int rq) {
+  int first = lua_gettop(L) + 1;
+  push_outcome(L, rq);
+  for (int slot = RQ_PID; slot <= RQ_ERR; slot++) {
+    if (!lua_isnil(L, first + slot - RQ_PID)) {
+      lua_pushboolean(L, 0);
+      lua_rawseti(L, rq, slot);
+    }
+  }
+  lua_rawgeti(L, rq, RQ_QUIET);
+  if (lua_toboolean(L, -1)) {
+    lua_pushboolean(L, 0);
+    lua_rawseti(L, rq, RQ_QUIET);
+  }
+  lua_pop(L, 1);
+  lua_Integer head = rq_int(L, rq, RQ_HEAD), tail = rq_int(L, rq, RQ_TAIL);
+  if (head <= tail) {   /* what came after the end (a failure from a late timer) */
+    for (lua_Integer i = head; i <= tail; i++) {
+      lua_pushnil(L);
+      lua_rawseti(L, rq, i);
+    }
+    rq_set_int(L, rq, RQ_HEAD, RQ_FIRST);
+    rq_set_int(L, rq, RQ_TAIL, RQ_FIRST - 1);
+  }
+  if (c->free_ref != LUA_NOREF) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, c->free_ref);
+    lua_pushvalue(L, rq);
+    lua_rawseti(L, -2, (lua_Integer)lua_rawlen(L, -2) + 1);
+    lua_pop(L, 1);
+  }
+}
+
+/*
+** conn:take(rq) -> kind, body | nil; after a result or an error also the
+** request's process_id, stdout and stderr (see recycle: rq is pooled).
+*/
 static int conn_take(lua_State *L) {
+  conn *c = to_conn(L);
   luaL_checktype(L, 2, LUA_TTABLE);
+  lua_settop(L, 2);
   lua_Integer head = rq_int(L, 2, RQ_HEAD), tail = rq_int(L, 2, RQ_TAIL);
   if (head > tail) return 0;
   lua_rawgeti(L, 2, head);
@@ -668,6 +745,11 @@ static int conn_take(lua_State *L) {
     rq_set_int(L, 2, RQ_TAIL, RQ_FIRST - 1);
   } else {
     rq_set_int(L, 2, RQ_HEAD, head + 2);
+  }
+  const char *kind = lua_tostring(L, 3);
+  if (kind[0] == 'r' || (kind[0] == 'e' && kind[1] == 'r')) {   /* result, error: the request ended */
+    recycle(L, c, 2);
+    return 5;
   }
   return 2;
 }
@@ -686,7 +768,7 @@ static int conn_fail(lua_State *L) {
 
 /* conn:fail_pending(err): every request in flight fails with err */
 static int conn_fail_pending(lua_State *L) {
-  conn *c = luaL_checkudata(L, 1, CONN_MT);
+  conn *c = to_conn(L);
   luaL_checkany(L, 2);
   lua_settop(L, 2);
   if (c->pending_ref == LUA_NOREF) return 0;
@@ -710,41 +792,9 @@ static int conn_fail_pending(lua_State *L) {
   return 0;
 }
 
-/* Pushes the request's process_id, stdout and stderr captures (nil where none). */
-static void push_outcome(lua_State *L, int rq) {
-  for (int slot = RQ_PID; slot <= RQ_ERR; slot++) {
-    lua_rawgeti(L, rq, slot);
-    if (!lua_toboolean(L, -1)) {
-      lua_pop(L, 1);
-      lua_pushnil(L);
-    }
-  }
-}
-
-/* conn:finish(rq) -> process_id, out, err: the request ended; its queue is pooled */
-static int conn_finish(lua_State *L) {
-  conn *c = luaL_checkudata(L, 1, CONN_MT);
-  luaL_checktype(L, 2, LUA_TTABLE);
-  lua_settop(L, 2);
-  push_outcome(L, 2);
-  lua_Integer head = rq_int(L, 2, RQ_HEAD), tail = rq_int(L, 2, RQ_TAIL);
-  for (lua_Integer i = head; i <= tail; i++) {
-    lua_pushnil(L);
-    lua_rawseti(L, 2, i);
-  }
-  rq_reset(L, 2);
-  if (c->free_ref != LUA_NOREF) {
-    lua_rawgeti(L, LUA_REGISTRYINDEX, c->free_ref);
-    lua_pushvalue(L, 2);
-    lua_rawseti(L, -2, (lua_Integer)lua_rawlen(L, -2) + 1);
-    lua_pop(L, 1);
-  }
-  return 3;
-}
-
 /* conn:abandon(rq [, on_late]) -> process_id */
 static int conn_abandon(lua_State *L) {
-  conn *c = luaL_checkudata(L, 1, CONN_MT);
+  conn *c = to_conn(L);
   luaL_checktype(L, 2, LUA_TTABLE);
   lua_settop(L, 3);
   if (c->pending_ref != LUA_NOREF) {
@@ -821,6 +871,7 @@ static int conn_pending_count(lua_State *L) {
 static void release(lua_State *L, conn *c) {
   if (c->state == CONN_CLOSED) return;
   c->state = CONN_CLOSED;
+  c->proc = NULL;
   if (c->box_ref != LUA_NOREF) {
     lua_rawgeti(L, LUA_REGISTRYINDEX, c->box_ref);
     proc *p = process_of(L, -1);
@@ -840,28 +891,21 @@ static void release(lua_State *L, conn *c) {
 
 /* conn:close(): the provider's exit was seen; what is left goes */
 static int conn_close(lua_State *L) {
-  release(L, luaL_checkudata(L, 1, CONN_MT));
+  release(L, to_conn(L));
   return 0;
 }
 
 static int conn_tostring(lua_State *L) {
-  conn *c = luaL_checkudata(L, 1, CONN_MT);
+  conn *c = to_conn(L);
   static const char *const states[] = {"running", "stopped", "closed"};
   lua_pushfstring(L, "smol.conn (%s)", states[c->state]);
   return 1;
 }
 
-static int conn_index(lua_State *L) {
-  lua_pushvalue(L, 2);
-  if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1;
-  conn *c = luaL_checkudata(L, 1, CONN_MT);
-  const char *key = lua_tostring(L, 2);
-  if (key != NULL && strcmp(key, "pid") == 0 && c->box_ref != LUA_NOREF) {
-    lua_rawgeti(L, LUA_REGISTRYINDEX, c->box_ref);
-    lua_getfield(L, -1, "pid");
-    return 1;
-  }
-  lua_pushnil(L);
+/* conn:pid() -> the provider's process id */
+static int conn_pid(lua_State *L) {
+  conn *c = check_conn(L);
+  lua_pushinteger(L, c->proc ? process_pid(c->proc) : 0);
   return 1;
 }
 
@@ -919,6 +963,7 @@ static int core_connect(lua_State *L) {
     return 3;
   }
   lua_pop(L, 2);
+  c->proc = process_of(L, -1);
   c->box_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   c->fault_ref = fault_ref;
   c->eof_ref = eof_ref;
@@ -928,13 +973,13 @@ static int core_connect(lua_State *L) {
   c->free_ref = new_table_ref(L);
   c->infix_ref = new_table_ref(L);
   c->state = CONN_RUNNING;
-  process_sink_stdout(conn_proc(L, c), (line_sink){on_stdout, c});
+  process_sink_stdout(c->proc, (line_sink){on_stdout, c});
   lua_settop(L, 2);
   return 1;
 }
 
 static int conn_gc(lua_State *L) {
-  release(L, luaL_checkudata(L, 1, CONN_MT));
+  release(L, to_conn(L));
   return 0;
 }
 
@@ -959,17 +1004,19 @@ static int output_event_index(lua_State *L) {
 void conn_open(lua_State *L) {
   json_arena_install();
   static const luaL_Reg methods[] = {
-    {"send", conn_send}, {"take", conn_take}, {"fail", conn_fail},
-    {"fail_pending", conn_fail_pending}, {"finish", conn_finish}, {"abandon", conn_abandon},
+    {"pid", conn_pid}, {"send", conn_send}, {"take", conn_take}, {"fail", conn_fail},
+    {"fail_pending", conn_fail_pending}, {"abandon", conn_abandon},
     {"stop", conn_stop}, {"observe", conn_observe}, {"close_stdin", conn_close_stdin},
     {"kill", conn_kill}, {"pending_count", conn_pending_count}, {"close", conn_close},
     {NULL, NULL}};
   static const luaL_Reg meta[] = {
     {"__gc", conn_gc}, {"__close", conn_gc}, {"__tostring", conn_tostring}, {NULL, NULL}};
   luaL_newmetatable(L, CONN_MT);
-  luaL_setfuncs(L, meta, 0);
-  luaL_newlib(L, methods);
-  lua_pushcclosure(L, conn_index, 1);
+  lua_pushvalue(L, -1);
+  luaL_setfuncs(L, meta, 1);   /* each with the metatable as its upvalue (see to_conn) */
+  lua_newtable(L);
+  lua_pushvalue(L, -2);
+  luaL_setfuncs(L, methods, 1);
   lua_setfield(L, -2, "__index");
   lua_pop(L, 1);
   luaL_newmetatable(L, OUTPUT_EVENT_MT);

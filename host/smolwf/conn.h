@@ -23,17 +23,18 @@
 **       connection's). quiet, for a process request (exec, spawn, wait)
 **       whose caller wants no events: true keeps its well-formed started,
 **       exited, dropped and output events out of the queue; an integer N
-**       also keeps the first N bytes of each output stream (see finish).
+**       also keeps the first N bytes of each output stream (see take).
 **   kind, body = conn:take(rq)  the next reply: "event", "result", "error"
 **                               or "failure" (body: what conn:fail gave);
-**                               nil when none has come yet
+**                               nil when none has come yet. After "result"
+**                               or "error" the request has ended: take also
+**                               returns its process_id (a quiet request's
+**                               `started`) and its kept output as
+**                               core.capture values (or nil), and the
+**                               queue is reused by later requests
 **   core.has_reply(rq)          true when take has something
 **   conn:fail(rq, err)          queues the failure err (a deadline passed)
 **   conn:fail_pending(err)      fails every request in flight with err
-**   pid, out, err = conn:finish(rq)   the request ended: its process_id
-**                               (a quiet request's `started`), and its kept
-**                               output as core.capture values (or nil);
-**                               the queue is reused by later requests
 **   pid = conn:abandon(rq, on_late)   the waiter gave up: later replies of
 **                               the request are dropped; on_late(msg), if
 **                               given, gets its terminal one as
@@ -42,7 +43,7 @@
 **   conn:observe(fn | nil)      fn(direction, line) for every line sent
 **                               ("send") and received ("recv"), before it
 **                               is decoded: the path is the same with it
-**   conn:close_stdin(), conn:kill(sig), conn.pid, conn:pending_count()
+**   conn:close_stdin(), conn:kill(sig), conn:pid(), conn:pending_count()
 **
 ** Output events come with their payload decoded: `data` holds the bytes
 ** (data_base64 is made from them only when read); an event whose

@@ -14,6 +14,7 @@
 #ifndef SMOLWF_HOST_H
 #define SMOLWF_HOST_H
 
+#include <limits.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -24,18 +25,7 @@
 #include "linebuf.h"
 #include "signames.h"
 
-typedef struct smol_host {
-  uv_loop_t loop;
-  lua_State *L;                      /* main state: every callback into Lua runs here */
-  int loop_running;                  /* inside uv_run: a nested run is refused */
-  int failed;                        /* a callback or task failed: exit non-zero */
-  volatile sig_atomic_t interrupted; /* Ctrl-C seen and not yet taken over by the exit path */
-  volatile sig_atomic_t was_interrupted; /* the signal (INT, TERM, HUP) seen: exit status 128+it */
-  int exiting;                       /* the exit path has started */
-  const char *progname;
-} smol_host;
-
-smol_host *host_get(void);
+typedef struct smol_host smol_host;
 
 /* callback.c: every loop->Lua entry, on the main state */
 int host_msghandler(lua_State *L);
@@ -93,6 +83,48 @@ void reader_detach(reader *r);        /* drops the callback or sink; keeps drain
 void reader_close(reader *r);         /* idempotent; on_closed follows */
 int reader_finished(const reader *r);  /* EOF/error delivered, or closed */
 
+/* stdio.c's stdout: a uv stream on a dup of fd 1, or synchronous writes */
+typedef struct host_stdout {
+  int state;
+  union { uv_pipe_t pipe; uv_tty_t tty; uv_stream_t stream; uv_handle_t handle; } h;
+  size_t pending;
+  int error;  /* the write error that broke it */
+} host_stdout;
+
+struct smol_host {
+  uv_loop_t loop;
+  lua_State *L;                      /* main state: every callback into Lua runs here */
+  int loop_running;                  /* inside uv_run: a nested run is refused */
+  int failed;                        /* a callback or task failed: exit non-zero */
+  volatile sig_atomic_t interrupted; /* Ctrl-C seen and not yet taken over by the exit path */
+  volatile sig_atomic_t was_interrupted; /* the signal (INT, TERM, HUP) seen: exit status 128+it */
+  int exiting;                       /* the exit path has started */
+  const char *progname;
+  /* What each file keeps for the whole run hangs off the host, not off
+  ** globals of its own (as luv hangs its state off its ctx). */
+  struct proc *procs;                /* process.c: every process not yet freed */
+  struct timer *timers;              /* timer.c: every timer not yet closed */
+  reader stdin_reader;               /* stdio.c: our stdin, for Lua providers */
+  int stdin_busy;                    /*   from read_stdin until its handle closed */
+  unsigned stdin_generation;         /*   which reader box owns stdin_reader */
+  host_stdout out;                   /* stdio.c: our stdout */
+  char exe_path[PATH_MAX], exe_dir[PATH_MAX]; /* fs.c: where this smolwf is */
+  uv_async_t wake_loop;              /* sigint.c: the handler wakes the loop */
+  volatile sig_atomic_t hook_allowed, wake_allowed;
+  lua_State *volatile running_task;  /*   the task coroutine running now, or NULL */
+  int deadline_passed;               /* exitpath.c: the drain's deadline */
+  struct { char *buf; size_t len, cap; } params;     /* command.c: params being built */
+  struct { unsigned char *buf; size_t cap; } b64;    /* b64.c: decoding scratch */
+  struct { _Alignas(16) unsigned char buf[64 * 1024]; size_t used; } json_arena; /* json_arena.c */
+  char read_buffer[1024 * 1024];     /* reader.c: every read (see there) */
+  char write_joined[16 * 1024];      /* write.c: a small line joined for one write */
+};
+
+/* The one host of this process (callback.c); inline: hot paths reach it per line. */
+extern smol_host smolwf_host;
+static inline smol_host *host_get(void) { return &smolwf_host; }
+
+
 /*
 ** write.c: writes the Lua string at idx; what the pipe does not take at
 ** once is queued, anchored until written, counted in *pending, and then
@@ -101,8 +133,8 @@ int reader_finished(const reader *r);  /* EOF/error delivered, or closed */
 typedef void (*write_done_fn)(void *owner, int status);
 int write_anchored(lua_State *L, uv_stream_t *stream, int idx, size_t *pending,
                    void *owner, write_done_fn done);  /* 0 or a UV_E* code */
-int write_pieces(lua_State *L, uv_stream_t *stream, int first, int last, size_t *pending,
-                 void *owner, write_done_fn done);    /* strings/integers as one write */
+int write_bufs(lua_State *L, uv_stream_t *stream, const uv_buf_t *bufs, unsigned n, size_t *pending,
+               void *owner, write_done_fn done);           /* as one write */
 
 /* spawn_opts.c: checking core.spawn's options table (misuse raises) */
 enum { STREAM_IGNORE, STREAM_INHERIT, STREAM_LINES, STREAM_CHUNKS };
@@ -122,7 +154,7 @@ typedef struct proc proc;
 int process_spawn(lua_State *L);      /* core.spawn: pushes the box, or fail, msg, errname */
 proc *process_of(lua_State *L, int idx); /* the box's process; NULL once closed */
 void process_sink_stdout(proc *p, line_sink sink);
-int process_write_pieces(lua_State *L, proc *p, int first, int last); /* 0 or a UV_E* code */
+int process_write_bufs(lua_State *L, proc *p, const uv_buf_t *bufs, unsigned n); /* 0 or a UV_E* code */
 void process_close_stdin(proc *p);
 int process_kill(proc *p, int signo);  /* 0, or -1 with errno; exited: 0 */
 int process_pid(const proc *p);

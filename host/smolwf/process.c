@@ -39,20 +39,19 @@ struct proc {
   size_t pending_write;
   int self_ref, exit_ref;   /* anchor of the box; the on_exit callback */
   proc_box *box;            /* NULL once Lua let go */
-  proc *prev, *next;        /* all_procs */
+  proc *prev, *next;        /* host_get()->procs */
 };
 
-static proc *all_procs;
 
 static void link_proc(proc *p) {
-  p->next = all_procs;
-  if (all_procs) all_procs->prev = p;
-  all_procs = p;
+  p->next = host_get()->procs;
+  if (host_get()->procs) host_get()->procs->prev = p;
+  host_get()->procs = p;
 }
 
 static void unlink_proc(proc *p) {
   if (p->prev) p->prev->next = p->next;
-  else all_procs = p->next;
+  else host_get()->procs = p->next;
   if (p->next) p->next->prev = p->prev;
 }
 
@@ -436,9 +435,9 @@ void process_sink_stdout(proc *p, line_sink sink) {
   if (p->has_out) p->out.sink = sink;
 }
 
-int process_write_pieces(lua_State *L, proc *p, int first, int last) {
+int process_write_bufs(lua_State *L, proc *p, const uv_buf_t *bufs, unsigned n) {
   if (p == NULL || p->stdin_state != STDIN_OPEN) return UV_EPIPE;
-  return write_pieces(L, (uv_stream_t *)&p->stdin_pipe, first, last, &p->pending_write, p, on_written);
+  return write_bufs(L, (uv_stream_t *)&p->stdin_pipe, bufs, n, &p->pending_write, p, on_written);
 }
 
 void process_close_stdin(proc *p) {
@@ -457,7 +456,7 @@ int process_pid(const proc *p) { return p->pid; }
 
 /* No more Lua callbacks: the exit hooks have run, only cleanup is left. */
 void process_detach_all(void) {
-  for (proc *p = all_procs; p != NULL; p = p->next) {
+  for (proc *p = host_get()->procs; p != NULL; p = p->next) {
     host_unref(&p->exit_ref);
     if (p->has_out) reader_detach(&p->out);
     if (p->has_err) reader_detach(&p->err);
@@ -466,7 +465,7 @@ void process_detach_all(void) {
 
 int process_live_count(void) {
   int n = 0;
-  for (proc *p = all_procs; p != NULL; p = p->next) n += !p->exited;
+  for (proc *p = host_get()->procs; p != NULL; p = p->next) n += !p->exited;
   return n;
 }
 
@@ -476,7 +475,7 @@ int process_live_count(void) {
 ** group (its id cannot be reused while the group exists).
 */
 void process_signal_all(int signo) {
-  for (proc *p = all_procs; p != NULL; p = p->next) {
+  for (proc *p = host_get()->procs; p != NULL; p = p->next) {
     int pipes_open = (p->has_out && !reader_finished(&p->out)) ||
                      (p->has_err && !reader_finished(&p->err));
     if (!p->exited || (p->process_group && pipes_open)) signal_proc(p, signo);
@@ -484,7 +483,7 @@ void process_signal_all(int signo) {
 }
 
 void process_close_all(void) {
-  for (proc *p = all_procs; p != NULL; p = p->next) {
+  for (proc *p = host_get()->procs; p != NULL; p = p->next) {
     abort_stdin(p);
     if (p->has_out) reader_close(&p->out);
     if (p->has_err) reader_close(&p->err);

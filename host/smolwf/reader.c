@@ -22,12 +22,11 @@ enum { READER_IDLE, READER_READING, READER_DONE, READER_CLOSING, READER_CLOSED }
 ** only in a read bigger than that, and only a whole line skips the copy
 ** into the linebuf (see feed_lines).
 */
-static char read_buffer[1024 * 1024];
 
 static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf) {
   (void)handle;
   (void)suggested;
-  *buf = uv_buf_init(read_buffer, sizeof read_buffer);
+  *buf = uv_buf_init(host_get()->read_buffer, sizeof host_get()->read_buffer);
 }
 
 /* Calls the sink, or the Lua callback with (data) or (nil, err); a no-op once detached. */

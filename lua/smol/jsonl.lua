@@ -315,7 +315,7 @@ function jsonl.start(program, opts)
       op = "start", path = type(program) == "string" and program or conn.label, program = program,
       message = ("cannot run provider `%s`: %s"):format(conn.label, tostring(msg))}
   end
-  conn.c, conn.pid = c, c.pid
+  conn.c, conn.pid, conn.take = c, c:pid(), c.take
   running[conn] = true
   update_observing(conn)
   return conn
@@ -350,16 +350,20 @@ local function provider_error(conn, method, e)
     method = method, program = conn.program}
 end
 
--- Takes replies until the terminal one; on_event gets each event (and ctx).
+-- Takes replies until the terminal one; on_event gets each event (and
+-- ctx). Returns the result, and (see smol.conn's take) the process_id and
+-- kept output. Nothing can have come before the first wait: the request
+-- was just sent.
 local function await(conn, method, rq, on_event, ctx)
-  local c = conn.c
+  local c, take = conn.c, conn.take
+  wait_until(rq, has_reply, "a reply")
   while true do
-    local kind, body = c:take(rq)
+    local kind, body, pid, out, err = take(c, rq)
     if kind == nil then
       wait_until(rq, has_reply, "a reply")
-      kind, body = c:take(rq)
+      kind, body, pid, out, err = take(c, rq)
     end
-    if kind == "result" then return body end
+    if kind == "result" then return body, pid, out, err end
     if kind == "event" then
       if on_event then on_event(body, ctx) end
     elseif kind == "error" then
@@ -410,12 +414,10 @@ function Conn:try_request(method, params, on_event, ctx, opts)
   if not rq then return false, err end
   local timeout, timer = opts.timeout, nil
   if timeout and timeout ~= math.huge then timer = arm_timeout(self, method, rq, timeout) end
-  local ok, result = pcall(await, self, method, rq, on_event, ctx)
+  local ok, result, pid, out, errout = pcall(await, self, method, rq, on_event, ctx)
   if timer then timer:stop() end
-  if ok then
-    local pid, out, errout = self.c:finish(rq)
-    return true, result, out, errout, pid
-  end
+  if ok then return true, result, out, errout, pid end
+  -- (after an error reply the request has ended already: abandon does nothing)
   return false, result, self.c:abandon(rq, opts.on_late)
 end
 
