@@ -33,11 +33,13 @@
 struct capture {
   char *data;
   size_t len, cap, limit;
-  int truncated;
+  int truncated, closed;
 };
 
 static capture *check_capture(lua_State *L) {
-  return luaL_checkudata(L, 1, CAPTURE_MT);
+  capture *c = luaL_checkudata(L, 1, CAPTURE_MT);
+  if (c->closed) luaL_error(L, "attempt to use a closed capture");
+  return c;
 }
 
 /* Room for `need` bytes in all: doubles, but never past the limit. */
@@ -83,11 +85,20 @@ static int capture_take(lua_State *L) {
   return 2;
 }
 
+/* __gc and __close: the kept bytes go; idempotent */
 static int capture_gc(lua_State *L) {
-  capture *c = check_capture(L);
+  capture *c = luaL_checkudata(L, 1, CAPTURE_MT);
   free(c->data);
   c->data = NULL;
+  c->closed = 1;
   return 0;
+}
+
+static int capture_tostring(lua_State *L) {
+  capture *c = luaL_checkudata(L, 1, CAPTURE_MT);
+  if (c->closed) lua_pushliteral(L, "smol.capture (closed)");
+  else lua_pushfstring(L, "smol.capture (%I of %I bytes)", (lua_Integer)c->len, (lua_Integer)c->limit);
+  return 1;
 }
 
 /* The limit: a non-negative integer, or math.huge for none. */
@@ -113,7 +124,8 @@ static int core_capture(lua_State *L) {
 void capture_open(lua_State *L) {
   static const luaL_Reg methods[] = {
     {"append", capture_append}, {"take", capture_take}, {NULL, NULL}};
-  static const luaL_Reg meta[] = {{"__gc", capture_gc}, {NULL, NULL}};
+  static const luaL_Reg meta[] = {
+    {"__gc", capture_gc}, {"__close", capture_gc}, {"__tostring", capture_tostring}, {NULL, NULL}};
   host_class(L, CAPTURE_MT, methods, meta);
   lua_pushcfunction(L, core_capture);
   lua_setfield(L, -2, "capture");

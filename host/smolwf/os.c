@@ -37,7 +37,7 @@ static int push_errno(lua_State *L, int e, const char *what) {
 int host_check_signal(lua_State *L, int idx) {
   if (lua_type(L, idx) == LUA_TNUMBER) {
     lua_Integer n = luaL_checkinteger(L, idx);
-    luaL_argcheck(L, n > 0 && n < NSIG, idx, "signal number out of range");
+    luaL_argcheck(L, n >= 0 && n < NSIG, idx, "signal number out of range");  /* 0: only a check */
     return (int)n;
   }
   const char *name = luaL_checkstring(L, idx);

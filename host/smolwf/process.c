@@ -331,6 +331,13 @@ static proc_box *check_box(lua_State *L) {
   return luaL_checkudata(L, 1, PROCESS_MT);
 }
 
+/* The process of an open box; a closed one raises, as Lua's files do. */
+static proc *check_open(lua_State *L) {
+  proc *p = check_box(L)->p;
+  if (p == NULL) luaL_error(L, "attempt to use a closed process");
+  return p;
+}
+
 /* Lua lets go: no more callbacks; handles close once the child is done. */
 static void release(proc_box *box) {
   proc *p = box->p;
@@ -364,20 +371,18 @@ static const char *write_stdin(lua_State *L, proc *p) {
 }
 
 static int proc_write(lua_State *L) {
-  const char *failure = write_stdin(L, check_box(L)->p);
+  const char *failure = write_stdin(L, check_open(L));
   if (failure != NULL) return luaL_error(L, "process write: %s", failure);
   return 0;
 }
 
 static int proc_close_stdin(lua_State *L) {
-  proc *p = check_box(L)->p;
-  if (p != NULL) close_stdin(p);
+  close_stdin(check_open(L));
   return 0;
 }
 
 static int proc_pending_write_bytes(lua_State *L) {
-  proc *p = check_box(L)->p;
-  lua_pushinteger(L, p ? (lua_Integer)p->pending_write : 0);
+  lua_pushinteger(L, (lua_Integer)check_open(L)->pending_write);
   return 1;
 }
 
@@ -387,9 +392,9 @@ static int signal_proc(proc *p, int signo) {
 
 /* proc:kill([sig]) -> true | false (already exited) | nil, err, name */
 static int proc_kill(lua_State *L) {
-  proc *p = check_box(L)->p;
+  proc *p = check_open(L);
   int signo = lua_isnoneornil(L, 2) ? SIGTERM : host_check_signal(L, 2);
-  if (p == NULL || p->exited) {
+  if (p->exited) {
     lua_pushboolean(L, 0);
     return 1;
   }

@@ -84,6 +84,13 @@ static int stdin_stop(lua_State *L) {
   return 0;
 }
 
+static int stdin_tostring(lua_State *L) {
+  unsigned *box = luaL_checkudata(L, 1, STDIN_MT);
+  int reading = *box != 0 && *box == host_get()->stdin_generation && host_get()->stdin_busy;
+  lua_pushstring(L, reading ? "smol.stdin_reader (reading)" : "smol.stdin_reader (stopped)");
+  return 1;
+}
+
 /* {=================== stdout ===================} */
 
 enum { OUT_UNSET, OUT_STREAM, OUT_FILE, OUT_BROKEN, OUT_CLOSED };
@@ -167,7 +174,8 @@ void stdio_open(lua_State *L) {
     {"read_stdin", core_read_stdin}, {"write_stdout", core_write_stdout},
     {"stdout_pending", core_stdout_pending}, {NULL, NULL}};
   static const luaL_Reg methods[] = {{"stop", stdin_stop}, {NULL, NULL}};
-  static const luaL_Reg no_meta[] = {{NULL, NULL}};
-  host_class(L, STDIN_MT, methods, no_meta);
+  static const luaL_Reg meta[] = {
+    {"__gc", stdin_stop}, {"__close", stdin_stop}, {"__tostring", stdin_tostring}, {NULL, NULL}};
+  host_class(L, STDIN_MT, methods, meta);
   luaL_setfuncs(L, funcs, 0);
 }

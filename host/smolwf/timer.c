@@ -95,10 +95,18 @@ void timer_close_all(void) {
     if (t->box != NULL) stop(t->box);
 }
 
+static int timer_tostring(lua_State *L) {
+  timer_box *box = luaL_checkudata(L, 1, TIMER_MT);
+  lua_pushstring(L, box->t != NULL ? "smol.timer (active)" : "smol.timer (stopped)");
+  return 1;
+}
+
+/* A stopped timer is what a closed one is: stop and active still answer. */
 void timer_open(lua_State *L) {
   static const luaL_Reg methods[] = {
     {"stop", timer_stop}, {"active", timer_active}, {NULL, NULL}};
-  static const luaL_Reg meta[] = {{"__gc", timer_stop}, {NULL, NULL}};
+  static const luaL_Reg meta[] = {
+    {"__gc", timer_stop}, {"__close", timer_stop}, {"__tostring", timer_tostring}, {NULL, NULL}};
   host_class(L, TIMER_MT, methods, meta);
   lua_pushcfunction(L, core_timer);
   lua_setfield(L, -2, "timer");
