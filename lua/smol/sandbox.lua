@@ -13,6 +13,7 @@ smol.sandbox: sandbox sessions served by provider programs.
       returns the bytes and whether they reach the end of the file
   sb:stat / list_dir            (sessions announcing "fs_extra")
   sb:connection()               the provider connection (pid, program, alive())
+  sb:is_closed()
   sb:close()                    (also __close and __gc)
   sandbox.host{cwd = "."}       a session on this machine (smol.host_provider)
 
@@ -339,6 +340,12 @@ end
 
 function Session:require_capability(cap, op, path)
   capabilities.require(self, cap, op, path)
+end
+
+-- True once the session is closed (by close, __close, __gc or its provider's end).
+function Session:is_closed()
+  if getmetatable(self) ~= Session then error("sandbox: is_closed: expected a session", 2) end
+  return self._closed == true
 end
 
 -- The provider connection serving this session (smol.jsonl: pid, program,
