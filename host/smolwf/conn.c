@@ -34,7 +34,7 @@
 ** before parsing (see decode_split). */
 #define SPLIT_MIN 4096
 
-enum { RQ_HEAD = 1, RQ_TAIL, RQ_ID, RQ_QUIET, RQ_PID, RQ_OUT, RQ_ERR, RQ_FIRST };
+enum { RQ_HEAD = 1, RQ_TAIL, RQ_ID, RQ_QUIET, RQ_KEPT, RQ_PID, RQ_OUT, RQ_ERR, RQ_FIRST };
 enum { CONN_RUNNING, CONN_STOPPED, CONN_CLOSED };
 
 typedef struct conn {
@@ -42,7 +42,7 @@ typedef struct conn {
   proc *proc;                      /* the box's process: valid while the box is held */
   int max_depth;
   size_t max_line;
-  lua_Integer next_id, npending;
+  lua_Integer next_id, npending, nfree;   /* nfree: queues in the pool */
   int box_ref;                     /* the provider's smol.process */
   int pending_ref, abandoned_ref;  /* id -> rq; id -> on_late or true */
   int free_ref;                    /* pooled queues */
@@ -225,6 +225,12 @@ static int is_output(const char *type) {
 
 /* {=================== quiet process requests ===================} */
 
+/* A quiet request kept something (process_id, output): recycle looks only then. */
+static void mark_kept(lua_State *L, int rq) {
+  lua_pushboolean(L, 1);
+  lua_rawseti(L, rq, RQ_KEPT);
+}
+
 /* Appends bytes to the rq's capture for stream slot (RQ_OUT or RQ_ERR), made on first use. */
 static int keep_output(lua_State *L, int rq, int slot, const char *bytes, size_t n) {
   lua_rawgeti(L, rq, RQ_QUIET);
@@ -239,6 +245,7 @@ static int keep_output(lua_State *L, int rq, int slot, const char *bytes, size_t
     kept = capture_push(L, (size_t)limit);
     lua_pushvalue(L, -1);
     lua_rawseti(L, rq, slot);
+    mark_kept(L, rq);
   }
   lua_pop(L, 1);
   return capture_add(kept, bytes, n);
@@ -260,6 +267,7 @@ static int absorb(lua_State *L, int rq, const cJSON *ev, int bytes) {
     if (pid != NULL) {
       lua_pushstring(L, pid->valuestring);
       lua_rawseti(L, rq, RQ_PID);
+      mark_kept(L, rq);
     }
     return 1;
   }
@@ -518,6 +526,7 @@ static int take_plain_event(lua_State *L, conn *c, const char *line, size_t len)
   if (quiet && pid != NULL) {
     lua_pushlstring(L, pid, (size_t)(pid_end - pid));
     lua_rawseti(L, rq, RQ_PID);
+    mark_kept(L, rq);
   }
   return quiet;
 }
@@ -601,11 +610,12 @@ static void push_infix(lua_State *L, conn *c, int method) {
 /* A pooled queue, or a new one, on the stack top. */
 static void push_queue(lua_State *L, conn *c) {
   lua_rawgeti(L, LUA_REGISTRYINDEX, c->free_ref);
-  lua_Integer n = (lua_Integer)lua_rawlen(L, -1);
+  lua_Integer n = c->nfree;
   if (n > 0) {
     lua_rawgeti(L, -1, n);
     lua_pushnil(L);
     lua_rawseti(L, -3, n);
+    c->nfree--;
   } else {
     lua_createtable(L, RQ_FIRST + 5, 1);
     rq_reset(L, lua_gettop(L));
@@ -689,26 +699,32 @@ static void push_outcome(lua_State *L, int rq) {
 
 /*
 ** The request at rq ended with its reply (take found result or error):
-** pushes its process_id and kept output, and pools its queue. Only the
-** slots a request set are reset.
+** pushes its process_id and kept output (nil where none), and pools its
+** queue. Only what the request set is reset: a quiet request's slots, and
+** head and tail when replies came after the end (drained: none did).
 */
-static void recycle(lua_State *L, conn *c, int rq) {
-  int first = lua_gettop(L) + 1;
-  push_outcome(L, rq);
-  for (int slot = RQ_PID; slot <= RQ_ERR; slot++) {
-    if (!lua_isnil(L, first + slot - RQ_PID)) {
+static void recycle(lua_State *L, conn *c, int rq, int drained) {
+  int quiet = lua_rawgeti(L, rq, RQ_QUIET) != LUA_TBOOLEAN || lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  int kept = quiet && lua_rawgeti(L, rq, RQ_KEPT) == LUA_TBOOLEAN && lua_toboolean(L, -1);
+  if (quiet) lua_pop(L, 1);
+  if (kept) {
+    push_outcome(L, rq);
+    for (int slot = RQ_KEPT; slot <= RQ_ERR; slot++) {
       lua_pushboolean(L, 0);
       lua_rawseti(L, rq, slot);
     }
+  } else {
+    lua_pushnil(L);
+    lua_pushnil(L);
+    lua_pushnil(L);
   }
-  lua_rawgeti(L, rq, RQ_QUIET);
-  if (lua_toboolean(L, -1)) {
+  if (quiet) {
     lua_pushboolean(L, 0);
     lua_rawseti(L, rq, RQ_QUIET);
   }
-  lua_pop(L, 1);
-  lua_Integer head = rq_int(L, rq, RQ_HEAD), tail = rq_int(L, rq, RQ_TAIL);
-  if (head <= tail) {   /* what came after the end (a failure from a late timer) */
+  if (!drained) {   /* what came after the end (a failure from a late timer) */
+    lua_Integer head = rq_int(L, rq, RQ_HEAD), tail = rq_int(L, rq, RQ_TAIL);
     for (lua_Integer i = head; i <= tail; i++) {
       lua_pushnil(L);
       lua_rawseti(L, rq, i);
@@ -719,7 +735,7 @@ static void recycle(lua_State *L, conn *c, int rq) {
   if (c->free_ref != LUA_NOREF) {
     lua_rawgeti(L, LUA_REGISTRYINDEX, c->free_ref);
     lua_pushvalue(L, rq);
-    lua_rawseti(L, -2, (lua_Integer)lua_rawlen(L, -2) + 1);
+    lua_rawseti(L, -2, ++c->nfree);
     lua_pop(L, 1);
   }
 }
@@ -740,7 +756,8 @@ static int conn_take(lua_State *L) {
   lua_rawseti(L, 2, head);
   lua_pushnil(L);
   lua_rawseti(L, 2, head + 1);
-  if (head + 2 > tail) {
+  int drained = head + 2 > tail;
+  if (drained) {
     rq_set_int(L, 2, RQ_HEAD, RQ_FIRST);
     rq_set_int(L, 2, RQ_TAIL, RQ_FIRST - 1);
   } else {
@@ -748,7 +765,7 @@ static int conn_take(lua_State *L) {
   }
   const char *kind = lua_tostring(L, 3);
   if (kind[0] == 'r' || (kind[0] == 'e' && kind[1] == 'r')) {   /* result, error: the request ended */
-    recycle(L, c, 2);
+    recycle(L, c, 2, drained);
     return 5;
   }
   return 2;

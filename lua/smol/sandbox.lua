@@ -595,7 +595,11 @@ local function process_request(self, method, params, req, op, path, seconds)
     self:kill_on_cancel(r, req)
     error(errors.with_context(r, op, path), 0)
   end
-  if req.quiet then req.stdout, req.stderr, req.process_id = out, err, pid or false end
+  if req.quiet then   -- (new fields only when there is something: each would grow req)
+    if out then req.stdout = out end
+    if err then req.stderr = err end
+    if pid then req.process_id = pid end
+  end
   if type(r) ~= "table" then check_object(r, method, op, path) end
   return r
 end
