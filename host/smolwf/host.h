@@ -4,9 +4,10 @@
 ** Files are named after the concept they hold: callback.c (protected calls
 ** into Lua), sigint.c (Ctrl-C), timer.c, process.c, reader.c (pipe reading),
 ** stdio.c (the host's own stdin/stdout for Lua providers), tty.c
-** (terminal questions), b64.c, message.c (decoding protocol lines), command.c
-** (exec/spawn params), router.c
-** (routing replies to their requests), fs.c,
+** (terminal questions), b64.c, conn.c (a provider connection: its wire,
+** behind conn.h), json_lua.c (cJSON values as Lua values), command.c
+** (exec/spawn params), write.c, capture.c, fs.c, os.c (system calls Lua
+** lacks),
 ** core.c (the smol.core module table), introspect.c (what the host holds,
 ** for test harnesses), exitpath.c (orderly shutdown),
 ** luapath.c (package.path), cli.c and main.c (the command line).

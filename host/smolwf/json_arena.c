@@ -2,7 +2,7 @@
 ** The memory of cJSON in the host: one bump host_get()->json_arena, reset by each user.
 **
 ** cJSON allocates every node and string on its own. In the host a parse
-** (message.c) or a build (command.c) lives only inside one C call, so its
+** (conn.c) or a build (command.c) lives only inside one C call, so its
 ** memory comes from one host_get()->json_arena that the call resets first: a pointer bump
 ** instead of malloc, and no free at all. What does not fit (a line with
 ** many members, a big env) falls back to malloc and is freed as usual.
