@@ -50,7 +50,7 @@ local sb = sandbox.open{program = provider, profile = "bench/none", workspace = 
 -- through the smol.jsonl connection, without the sandbox layer).
 local function sequential(n, raw)
   local times = {}
-  local conn, params = sb._conn, sb:params_json({argv = {"true"}})
+  local conn, params = sb:connection(), sb:params_json({argv = {"true"}})
   local cpu0 = os.clock()
   for i = 1, n do
     local t0 = core.now()

@@ -42,17 +42,18 @@ end
 local cfg = parse_args(...)
 local conn
 
--- ssh's own arguments, then the destination, then the remote command.
-local function ssh_args()
-  local args = {"-o", "BatchMode=yes", "-T"}
-  for _, opt in ipairs(cfg.ssh_options) do args[#args + 1] = opt end
-  for _, word in ipairs{cfg.destination, cfg.remote, "serve"} do args[#args + 1] = word end
-  return args
+-- ssh with its own arguments, then the destination, then the remote
+-- provider (the host appends its "serve").
+local function ssh_argv()
+  local argv = {"ssh", "-o", "BatchMode=yes", "-T"}
+  for _, opt in ipairs(cfg.ssh_options) do argv[#argv + 1] = opt end
+  for _, word in ipairs{cfg.destination, cfg.remote} do argv[#argv + 1] = word end
+  return argv
 end
 
 local function connection()
   if conn and conn:alive() then return conn end
-  conn = jsonl.start("ssh", {args = ssh_args(), on_stderr = function(line)
+  conn = jsonl.start(ssh_argv(), {on_stderr = function(line)
     io.stderr:write("[ssh ", cfg.destination, "] ", line, "\n")
   end})
   return conn

@@ -238,7 +238,7 @@ describe("smol.provider.conformance", function()
   describe("run()", function()
     it("rejects bad options with a clear message", function()
       assert.has_error(function() conformance.run{} end,
-        "conformance.run: `program` must be a non-empty string")
+        "conformance.run: `program` must be a path or an argv list")
       assert.has_error(function() conformance.run{program = "x", profile = "nope"} end,
         "conformance.run: `profile` must look like PROVIDER/NAME, got nope")
     end)

@@ -85,7 +85,15 @@ describe("smol.core", function()
         assert.has_error(function() p:write("late") end, "process write: stdin is closed")
       end}
       assert.same({"a", "b"}, r.stdout)
-      assert.equal(0, r.proc:pending_write_bytes())
+      -- run() closed it: a closed process raises, as a closed Lua file does
+      assert.has_error(function() r.proc:pending_write_bytes() end, "attempt to use a closed process")
+    end)
+
+    it("answers kill of a process that exited (not closed) with false", function()
+      local p = core.spawn{file = "true", args = {"true"}}
+      run_until(function() return not p:kill(0) end)
+      assert.is_false(p:kill())
+      p:close()
     end)
 
     it("reports death by signal as 128+signo and the signal's name", function()
@@ -97,7 +105,7 @@ describe("smol.core", function()
       assert.same({137, "KILL"}, {r.code, r.signal})
       r = sh("kill -USR1 $$")
       assert.same({138, "USR1"}, {r.code, r.signal})
-      assert.is_false(r.proc:kill())  -- a no-op after exit
+      assert.has_error(function() r.proc:kill() end, "attempt to use a closed process")
     end)
 
     it("kills the whole process group with process_group", function()
@@ -181,7 +189,8 @@ describe("smol.core", function()
       local p = core.spawn{file = "sleep", args = {"sleep", "0.1"}, on_exit = function() called = true end}
       p:close()
       p:close()  -- idempotent
-      assert.is_false(p:kill())
+      assert.has_error(function() p:kill() end, "attempt to use a closed process")
+      assert.matches("closed", tostring(p))
       local t = core.timer(0.3, function() end)
       run_until(function() return not t:active() end)
       assert.is_false(called)

@@ -65,14 +65,22 @@ describe("smol.fs", function()
     it("name the path once when the file cannot be written", function()
       local path = dir .. "/missing/a.txt"
       local err = error_of(fs.write_file, path, "x")
-      assert.are.equal("cannot write `" .. path .. "`: No such file or directory", err)
+      assert.are.equal("cannot write `" .. path .. "`: not_found: No such file or directory", err)
     end)
 
     it("name the path when the file is missing or a directory", function()
       local path = dir .. "/nothing"
-      assert.are.equal("cannot read `" .. path .. "`: No such file or directory",
+      assert.are.equal("cannot read `" .. path .. "`: not_found: No such file or directory",
         error_of(fs.read_file, path))
-      assert.are.equal("cannot read `" .. dir .. "`: Is a directory", error_of(fs.read_file, dir))
+      assert.are.equal("cannot read `" .. dir .. "`: is_a_directory: Is a directory", error_of(fs.read_file, dir))
+    end)
+
+    it("raise smol.errors values with the protocol's code, op and path", function()
+      local path = dir .. "/missing/a.txt"
+      local ok, e = pcall(fs.write_file, path, "x")
+      assert.is_false(ok)
+      assert.is_true(require("smol.errors").is(e, "not_found"), tostring(e))
+      assert.same({"fs.write", path}, {e.op, e.path})
     end)
   end)
 
@@ -82,7 +90,7 @@ describe("smol.fs", function()
       assert.are.equal("content", fs.try_read_file(dir .. "/a.txt"))
       local content, err = fs.try_read_file(dir .. "/nothing")
       assert.is_nil(content)
-      assert.are.equal("cannot read `" .. dir .. "/nothing`: No such file or directory", err)
+      assert.are.equal("cannot read `" .. dir .. "/nothing`: not_found: No such file or directory", err)
     end)
   end)
 
@@ -147,13 +155,13 @@ describe("smol.fs", function()
         return pending("root ignores directory permissions; the case below covers root")
       end
       local err = error_of(fs.remove_tree, dir .. "/locked")
-      assert.matches("^cannot remove `" .. escaped(dir .. "/locked/a.txt") .. "`: Permission denied$", err)
+      assert.matches("^cannot remove `" .. escaped(dir .. "/locked/a.txt") .. "`: permission_denied: Permission denied$", err)
     end)
 
     it("names the entry it cannot remove", function()
       -- /proc/self is a link nobody may remove, root included (the reason
       -- differs: EPERM for root, EACCES for others).
-      assert.matches("^cannot remove `/proc/self`: [^:`]+$", error_of(fs.remove_tree, "/proc/self"))
+      assert.matches("^cannot remove `/proc/self`: [%w_]+: [^:`]+$", error_of(fs.remove_tree, "/proc/self"))
     end)
   end)
 end)

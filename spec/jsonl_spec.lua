@@ -94,13 +94,12 @@ describe("smol.jsonl", function()
     conn:request("exec", {session = session, argv = {"cat", ws .. "/data.bin"}, cwd = null, env = null,
       stdin_base64 = null}, function(ev)
         if ev.type ~= "stdout" then return end
-        local bytes = ev[jsonl.PAYLOAD]
-        if bytes then
+        local bytes = ev.data
+        if rawget(ev, "data_base64") == nil then
           split = split + 1
-          assert.is_nil(rawget(ev, "data_base64"))
           assert.equal(core.b64encode(bytes), ev.data_base64)   -- made on demand
         else
-          bytes = core.b64decode(ev.data_base64)
+          assert.equal(core.b64decode(ev.data_base64), bytes)
         end
         parts[#parts + 1] = bytes
       end)
@@ -174,7 +173,7 @@ describe("smol.jsonl", function()
       local conn = start(FAULT)
       open(conn)
       local hang = task.spawn(function() return conn:request("exec", {argv = {"hang"}}) end)
-      assert.is_true(h.wait_until(function() return next(conn.pending) ~= nil end))
+      assert.is_true(h.wait_until(function() return conn:in_use() end))
       local crash = h.catch(conn.request, conn, "exec", {argv = {"crash", "3"}})
       local e2 = h.catch(hang.join, hang)
       for _, e in ipairs{crash, e2} do
@@ -191,7 +190,7 @@ describe("smol.jsonl", function()
       local conn = start(FAULT)
       open(conn)
       local hang = task.spawn(function() return conn:request("exec", {argv = {"hang"}}) end)
-      assert.is_true(h.wait_until(function() return next(conn.pending) ~= nil end))
+      assert.is_true(h.wait_until(function() return conn:in_use() end))
       local why = errors.new{code = "timeout", message = "enough"}
       conn:give_up(why, "took too long")
       assert.equal(why, h.catch(hang.join, hang))
@@ -274,11 +273,16 @@ describe("smol.jsonl", function()
     it("times a request out and drops its late reply", function()
       local conn = start(FAULT)
       open(conn)
+      local results = 0
+      local remove = jsonl.observe(function(direction, _, line)
+        if direction == "recv" and line:find('"result"', 1, true) then results = results + 1 end
+      end)
+      finally(remove)
       local e = h.catch(conn.request, conn, "exec", {argv = {"sleep", "0.3"}}, nil, {timeout = 0.05})
       assert.is_true(errors.is(e, "timeout"), tostring(e))
       assert.matches("did not answer `exec` within 0.05 s", e.message)
       -- the late result arrives for an abandoned id: dropped, connection fine
-      assert.is_true(h.wait_until(function() return next(conn.abandoned) == nil end))
+      assert.is_true(h.wait_until(function() return results == 1 end))
       assert.is_true(conn:alive())
       assert.equal("fault_2", open(conn).id)
     end)
@@ -289,8 +293,9 @@ describe("smol.jsonl", function()
       local e = h.catch(conn.request, conn, "exec", {argv = {"interleave", "A", "3", "0"}},
         function() error("stop here", 0) end)
       assert.equal("stop here", e)
-      assert.is_true(h.wait_until(function() return next(conn.abandoned) == nil end))
       assert.is_true(conn:alive())
+      assert.is_false(conn:in_use())
+      assert.equal("fault_2", open(conn).id)   -- its later lines were dropped
     end)
 
     it("passes the provider's stderr through, prefixed with its name", function()
@@ -307,9 +312,9 @@ describe("smol.jsonl", function()
       assert.matches("%[fault_provider.lua%] to our stderr\n", out)
     end)
   end)
-  -- Replies are decoded and routed in C while nobody observes the lines
-  -- (core.decode_message, proc:route_replies); long lines, faults and
-  -- observed connections go through Lua. Both paths must agree.
+  -- Every line is decoded and routed by the connection in C
+  -- (host/smolwf/conn.c), observed or not; short lines are parsed whole,
+  -- long ones with their payload cut out first. Both must agree.
   describe("the reply path", function()
     local core = require "smol.core"
 
@@ -317,7 +322,7 @@ describe("smol.jsonl", function()
     local function mixed_events(conn)
       local seen = {}
       conn:request("exec", {argv = {"mixed", "6000"}}, function(ev)
-        local data = ev[jsonl.PAYLOAD] or (ev.data_base64 and core.b64decode(ev.data_base64))
+        local data = ev.data
         seen[#seen + 1] = ev.type .. ":" .. (data and #data > 10 and ("L" .. #data) or data or "")
       end)
       return seen
@@ -340,7 +345,7 @@ describe("smol.jsonl", function()
       assert.equal(8, lines)  -- 7 events and the result
       remove()
       assert.same(MIXED, mixed_events(conn))
-      assert.equal(8, lines)  -- routed in C again: no observer saw them
+      assert.equal(8, lines)  -- no observer saw them
     end)
 
     it("ends a request with its result or its error: nothing stays pending or abandoned", function()
@@ -349,8 +354,7 @@ describe("smol.jsonl", function()
       conn:request("exec", {argv = {"x"}})
       local e = h.catch(conn.request, conn, "read_file", {path = "missing"})
       assert.equal("not_found", e.code)
-      assert.is_nil(next(conn.pending))
-      assert.is_nil(next(conn.abandoned))
+      assert.is_false(conn:in_use())
     end)
 
     it("keeps an escaped NUL in a string (left to lua-cjson)", function()
@@ -361,24 +365,11 @@ describe("smol.jsonl", function()
       assert.equal(0, r.exit_code)
     end)
 
-    it("decodes integral numbers as integers and null as cjson.null", function()
-      local id, kind, body = core.decode_message('{"id":7,"result":{"n":3,"f":2.5,"z":null,"t":[true,false]}}')
-      assert.same({7, "result"}, {id, kind})
-      assert.equal("integer", math.type(body.n))
-      assert.equal(2.5, body.f)
-      assert.equal(null, body.z)
-      assert.same({true, false}, body.t)
-    end)
-
-    it("says what is wrong with a line it cannot route", function()
-      local decode = core.decode_message
-      assert.same({nil, "a line that is not valid JSON (at byte 9 of 10)"}, {decode('{"id":1} x')})
-      assert.same({nil, "a line that is not a JSON object: [1]"}, {decode("[1]")})
-      assert.same({nil, "a reply without an id (bad: no)"},
-        {decode('{"id":null,"error":{"code":"bad","message":"no"}}')})
-      assert.same({1, false}, {decode('{"id":1}')})
-      assert.matches("nested deeper than 3 levels", select(2, decode('{"id":1,"event":[[[[1]]]]}', 3)))
-      assert.same({nil, false}, {decode('{"id":1,"result":"\\u0000"}')})  -- for lua-cjson
+    it("decodes integral numbers as integers", function()
+      local conn = start(FAULT)
+      open(conn)
+      local r = conn:request("exec", {argv = {"x"}})
+      assert.equal("integer", math.type(r.exit_code))
     end)
   end)
 end)

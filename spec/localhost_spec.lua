@@ -1,5 +1,7 @@
--- smol.localhost: sandbox.host{} runs the session methods on this machine.
--- Runs inside the host: /path/to/smolwf /usr/bin/busted --ignore-lua spec/localhost_spec.lua
+-- sandbox.host{}: a session on this machine (smol.host_provider). What
+-- every session does is in sandbox_spec.lua, which runs against it too;
+-- here is what only the host does: any path, this machine's environment,
+-- the directory used in place.
 local sandbox = require "smol.sandbox"
 local core = require "smol.core"
 local task = require "smol.task"
@@ -17,6 +19,7 @@ describe("sandbox.host", function()
   end)
   after_each(function()
     host:close()
+    sandbox.shutdown()   -- the pooled host provider too: nothing may be left open
     h.cleanup()
     assert.is_true(h.handles_back_to(handles), "uv handles left open: " .. core.open_handles() .. " > " .. handles)
   end)
@@ -160,8 +163,8 @@ describe("sandbox.host", function()
       end))
       host:close()
       assert.is_true(h.wait_until(function() return not h.alive(pid) end))
-      assert.has_error(function() host:exec{"true"} end, "host: exec: attempt to use a closed session")
-      assert.has_error(function() p:wait() end, "host: process:wait: its session is closed")
+      assert.has_error(function() host:exec{"true"} end, "sandbox: exec: attempt to use a closed session")
+      assert.has_error(function() p:wait() end, "sandbox: wait: attempt to use a closed session")
     end)
   end)
 end)

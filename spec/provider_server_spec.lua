@@ -270,7 +270,7 @@ describe("server.program", function()
   it("makes a PROGRAM that sandbox.open can start (`PROGRAM serve`)", function()
     local program = server.program(PROBE)
     local sb = sandbox.open{program = program, workspace = "/tmp"}
-    finally(function() sb:close(); sandbox.shutdown(program); server.remove_programs(program) end)
+    finally(function() sb:close(); sandbox.shutdown(program) end)
     assert.same("probe_1", sb.id)
     sb:write_file("a.bin", "\0\1\255")
     assert.same("\0\1\255", sb:read_file("a.bin"))
@@ -284,7 +284,6 @@ describe("the example provider scripts/lua_provider.lua", function()
   it("passes the provider conformance kit (part 1; it announces no extension)", function()
     local conformance = require "smol.provider.conformance"
     local program = server.program("scripts/lua_provider.lua")
-    finally(function() server.remove_programs(program) end)
     local failures = {}
     local report = conformance.run{program = program, profile = "local/default",
       on_result = function(r)
@@ -305,7 +304,6 @@ describe("the example provider scripts/lua_provider.lua", function()
     finally(function()
       pcall(sb.close, sb)
       sandbox.shutdown(program)
-      server.remove_programs(program)
       require("smol.testing").remove_tree(ws)
     end)
     assert.same("none", sb.capabilities.isolation)
@@ -346,7 +344,7 @@ end)
 describe("the README's hello provider", function()
   it("answers exec with events, fails read_file, and closes by default", function()
     local program = server.program("spec/fixtures/lua_provider_hello.lua")
-    finally(function() sandbox.shutdown(program); server.remove_programs(program) end)
+    finally(function() sandbox.shutdown(program) end)
     local sb = sandbox.open{program = program}
     local chunks = {}
     local r = sb:exec{"anything", on_stdout = function(c) chunks[#chunks + 1] = c end}

@@ -46,7 +46,7 @@ describe("the bundled provider under load", function()
     assert.equal(WIDTH, #results)
     -- and the provider still serves, alone
     assert.equal("still here", sb:exec{"echo", "-n", "still here"}.stdout)
-    local pid = sb._conn.pid
+    local pid = sb:connection().pid
     sb:close()
     return pid
   end

@@ -127,8 +127,8 @@ describe("record and replay of a workflow run", function()
     assert.matches("^hello\n%d+\n$", outcome(replayed).hello.stdout)
     assert.is_nil(lfs.attributes(marker), "a command ran: the marker was written")
     assert.is_true(#programs >= 1)
-    for _, program in ipairs(programs) do
-      assert.matches("smolwf%-provider%-%w+/provider$", program)   -- replay wrappers only
+    for _, program in ipairs(programs) do   -- the replay provider only
+      assert.matches(" provider .*/smol/recording/replay_provider%.lua .*run%.jsonl", program)
     end
   end)
 
@@ -147,6 +147,33 @@ describe("record and replay of a workflow run", function()
     assert.matches('"echo hello; date', row, 1, true)
     assert.matches('"echo goodbye; date', row, 1, true)
     assert.is_nil(lfs.attributes(marker))
+  end)
+end)
+
+describe("smolwf run --replay", function()
+  it("runs a recorded workflow with no PATH: a replay starts no program by name and writes no wrapper", function()
+    local dir = assert(core.mkdtemp("/tmp/smolwf-rr-path-XXXXXX"))
+    finally(function() testing.remove_tree(dir) end)
+    local file = assert(io.open(dir .. "/wf.lua", "w"))
+    file:write(([[
+local wf = require "smol.workflow"
+return wf.define{name = "nopath", sandbox = {profile = "local/default", workspace = %q},
+  steps = {{name = "hello", run = function(ctx)
+    ctx:sh("echo hello")
+    ctx:write_file("f", "x")
+    assert(ctx:read_file("f") == "x")
+  end}}}
+]]):format(dir))
+    file:close()
+    local smolwf = core.exe_path()
+    local rec, report = dir .. "/rec.jsonl", dir .. "/report"
+    local ok, how, code = os.execute(("cd %q && %q run --no-progress --report-dir %q --record %q wf.lua >/dev/null 2>&1")
+      :format(dir, smolwf, report .. "1", rec))
+    assert.is_true(ok, ("recording run failed: %s %s"):format(how, code))
+    local out = dir .. "/out"
+    ok, how, code = os.execute(("cd %q && env PATH=/nonexistent %q run --no-progress --report-dir %q --replay %q wf.lua >%q 2>&1")
+      :format(dir, smolwf, report .. "2", rec, out))
+    assert.is_true(ok, ("replay without PATH failed (%s %s): %s"):format(how, code, io.open(out):read("a")))
   end)
 end)
 
@@ -169,7 +196,6 @@ describe("the replay provider on its own", function()
     local again = sandbox.open{program = program, profile = "local/default", workspace = dir}
     finally(function()
       sandbox.shutdown(program)
-      require("smol.provider.server").remove_programs(program)
     end)
     assert.same(sb.id, again.id)
     again:write_file("a.bin", "\0\1\255")
@@ -203,7 +229,6 @@ describe("the replay provider on its own", function()
       local program = replay.program(file)
       local replayed, replayed_events = run_crash(program, case.argv)
       sandbox.shutdown(program)
-      require("smol.provider.server").remove_programs(program)
       for _, e in ipairs{recorded, replayed} do
         assert.equal("provider_exited", e.code, tostring(e))
         assert.matches(case.says, e.message)

@@ -71,7 +71,7 @@ describe("smol.sandbox", function()
     it("sends no extension field the session did not announce", function()
       local ws = h.tempdir()
       local sb = sandbox.open{program = SEED, workspace = ws}
-      local r = sb:exec{"x", timeout = 5, idle_timeout = 2, capture = false, stdin = "in"}
+      local r = sb:exec{"x", max_output_bytes = 4, capture = false, stdin = "in"}
       assert.is_nil(r.stdout)
       assert.equal(0, r.exit_code)
       local p = params_of(ws, "exec")
@@ -89,6 +89,11 @@ describe("smol.sandbox", function()
         assert.equal(op, e.op)
         assert.matches('does not announce the "[%w_]+" capability', e.message)
       end
+      -- a deadline it cannot keep, and cannot enforce by killing (no "process")
+      unsupported(function() sb:exec{"x", timeout = 5} end, "exec")
+      unsupported(function() sb:exec{"x", idle_timeout = 2} end, "exec")
+      unsupported(function() sb:spawn{"x", timeout = 5} end, "spawn")
+      unsupported(function() sb:read_file("a", {offset = 1}) end, "read_file")
       unsupported(function() sb:stat("a") end, "stat")
       unsupported(function() sb:list_dir(".") end, "list_dir")
       unsupported(function() sb:write_file("a", "x", {append = true}) end, "write_file")
@@ -116,8 +121,8 @@ describe("smol.sandbox", function()
       local conn = sandbox.connection(SEED)
       local b = sandbox.open{program = SEED, workspace = h.tempdir()}
       assert.equal(conn, sandbox.connection(SEED))
-      assert.equal(conn, a._conn)
-      assert.equal(conn, b._conn)
+      assert.equal(conn, a:connection())
+      assert.equal(conn, b:connection())
       a:close() b:close()
       sandbox.shutdown(SEED)
       assert.equal(0, conn.exit_code)
@@ -235,7 +240,7 @@ describe("smol.sandbox", function()
 
     it("applies max_line_bytes given at open", function()
       local capped = sandbox.open{program = FAULT, workspace = h.tempdir(), max_line_bytes = 4096}
-      assert.are_not.equal(sb._conn, capped._conn)
+      assert.are_not.equal(sb:connection(), capped:connection())
       local e = h.catch(capped.exec, capped, {"long", "10000"})
       assert.is_true(errors.is(e, "protocol"), tostring(e))
       assert.matches("limit 4096 bytes", e.message)
@@ -251,10 +256,23 @@ describe("smol.sandbox", function()
       assert.matches("sandbox exec event contained invalid base64 data: invalid base64 at offset 20000", e.message)
     end)
 
+    it("keeps a deadline the session cannot keep itself: the command is killed through the session", function()
+      local slow = sandbox.open{program = FAULT, workspace = h.tempdir(), profile = "fault/no_timeout"}
+      local t0 = core.now()
+      local r = slow:exec{"hang", timeout = 0.2}
+      assert.equal("wall", r.timed_out)
+      assert.is_false(r.ok)
+      assert.equal("KILL", r.signal)
+      assert.is_true(core.now() - t0 < 10)
+      local e = h.catch(slow.exec, slow, {"hang", idle_timeout = 1})
+      assert.is_true(errors.is(e, "unsupported"), tostring(e))
+      slow:close()
+    end)
+
     it("fails every request in flight when the provider crashes; the next open starts a fresh one", function()
       local old = sandbox.connection(FAULT)
       local hang = task.spawn(function() return sb:exec{"hang"} end)
-      assert.is_true(h.wait_until(function() return next(old.pending) ~= nil end))
+      assert.is_true(h.wait_until(function() return old:in_use() end))
       local t0 = core.now()
       local e1 = h.catch(sb.exec, sb, {"crash", "7"})
       local e2 = h.catch(hang.join, hang)
@@ -267,8 +285,8 @@ describe("smol.sandbox", function()
       assert.is_true(errors.is(h.catch(sb.read_file, sb, "a"), "provider_exited"))
       sb:close()   -- its provider is gone: nothing to do, no error
       local fresh = sandbox.open{program = FAULT, workspace = h.tempdir()}
-      assert.are_not.equal(old, fresh._conn)
-      assert.are_not.equal(old.pid, fresh._conn.pid)
+      assert.are_not.equal(old, fresh:connection())
+      assert.are_not.equal(old.pid, fresh:connection().pid)
       assert.equal("x", fresh:exec{"x"}.stdout)
     end)
 
@@ -394,7 +412,7 @@ describe("smol.sandbox", function()
       sandbox.exit_grace = 0.3
       local sb = sandbox.open{program = %q, workspace = %q}
       sb:exec{"deaf"}
-      print("pid", sb._conn.pid)]]):format(FAULT, ws))
+      print("pid", sb:connection().pid)]]):format(FAULT, ws))
     -- unbounded, the exit would wait for the deaf provider until run_host's
     -- `timeout 20` kills it; 15 s leaves a loaded machine room
     assert.is_true(core.now() - t0 < 15, "exit took too long")
@@ -406,7 +424,7 @@ describe("smol.sandbox", function()
   it("starts $SMOLWF_PROVIDER when no program is named", function()
     local out, status = h.run_host(([[
       local sb = require("smol.sandbox").open{workspace = %q}
-      print(sb.id, sb._conn.program)]]):format(h.tempdir()), {SMOLWF_PROVIDER = FAULT})
+      print(sb.id, sb:connection().program)]]):format(h.tempdir()), {SMOLWF_PROVIDER = FAULT})
     assert.equal(0, status, out)
     assert.equal("fault_1\t" .. FAULT .. "\n", out)
   end)
@@ -415,7 +433,7 @@ describe("smol.sandbox", function()
     local ws = h.tempdir()
     local out, status = h.run_host(([[
       local sb = require("smol.sandbox").open{program = %q, workspace = %q}
-      print("pid", sb._conn.pid)]]):format(FAULT, ws))
+      print("pid", sb:connection().pid)]]):format(FAULT, ws))
     assert.equal(0, status, out)
     local pid = assert(tonumber(out:match("pid\t(%d+)")), out)
     assert.same({"open", "close", "shutdown"}, h.methods(ws))
@@ -439,12 +457,19 @@ describe("smol.sandbox", function()
       end,
       meet = function(_, mine, theirs) return h.meet_argv(mine, theirs) end}
   end
+  -- sandbox.host{}: the same session class, served on this machine.
+  providers[#providers + 1] = {name = "sandbox.host{}", host = true, program = true, real = true,
+    interleave = function(tag)
+      return {"sh", "-c", ("for i in 1 2 3 4 5; do echo %s $i; sleep 0.02; done"):format(tag)}
+    end,
+    meet = function(_, mine, theirs) return h.meet_argv(mine, theirs) end}
   for _, prov in ipairs(providers) do
     describe("against " .. prov.name, function()
       local sb, ws
       before_each(function()
         if not prov.program then return end
         ws = h.tempdir()
+        if prov.host then sb = sandbox.host{cwd = ws} return end
         sb = sandbox.open{program = prov.program, profile = prov.profile, workspace = ws}
       end)
       after_each(function() if sb then sb:close() end end)
@@ -463,6 +488,41 @@ describe("smol.sandbox", function()
           fn()
         end)
       end
+
+      it_any("reports misuse at the caller's line, naming what was wrong", function()
+        local _, e = pcall(function() sb:exec{"true", time_out = 1} end)
+        assert.matches('sandbox_spec%.lua:%d+: sandbox: exec: unknown option "time_out"', e)
+        _, e = pcall(function() sb:exec{"echo", 42} end)
+        assert.matches("sandbox_spec%.lua:%d+: sandbox: exec: argv%[2%] must be a string", e)
+        _, e = pcall(function() sb:read_file("x", 5) end)
+        assert.matches("sandbox_spec%.lua:%d+: bad argument #2 to 'read_file' %(table of options expected, got number%)", e)
+        _, e = pcall(function() sb.exec{"true"} end)
+        assert.matches("sandbox_spec%.lua:%d+: sandbox: exec: expected a session", e)
+      end)
+
+      it_any("gives a quiet exec (no callbacks) the same result as one that watches its events", function()
+        local seen = {}
+        local watched = sb:exec{"sh", "-c", "echo out; echo err >&2; exit 3",
+          on_event = function(ev) seen[#seen + 1] = ev.type end}
+        local quiet = sb:exec{"sh", "-c", "echo out; echo err >&2; exit 3"}
+        for _, r in ipairs{watched, quiet} do
+          assert.equal(watched.exit_code, r.exit_code)
+          assert.is_string(r.process_id)
+        end
+        assert.same({watched.stdout, watched.stderr}, {quiet.stdout, quiet.stderr})
+        if prov.real then   -- the fault fixture's commands are canned
+          assert.same({3, false}, {quiet.exit_code, quiet.ok})
+          assert.same({"out\n", "err\n"}, {quiet.stdout, quiet.stderr})
+        end
+        assert.equal("started", seen[1])
+        assert.equal("exited", seen[#seen])
+      end)
+
+      it_any("reads a file as one value, as Lua's readers do", function()
+        sb:write_file("n", "42")
+        assert.equal(42, tonumber(sb:read_file("n")))
+        assert.equal(1, select("#", sb:read_file("n")))
+      end)
 
       it_any("runs two execs in two tasks at once", function()
         -- each waits for the other to start: one after the other, the first gives up

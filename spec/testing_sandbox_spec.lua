@@ -63,7 +63,7 @@ describe("after the fixtures' blocks", function()
   it("every session was closed, with no directory or process left", function()
     local all = {shared_sessions[1], fresh_sessions[1], fresh_sessions[2]}
     for _, s in ipairs(all) do
-      assert.is_truthy(s._closed, tostring(s) .. " is still open")
+      assert.is_true(s:is_closed(), tostring(s) .. " is still open")
       assert.has_error(function() s:exec{"true"} end)
       assert.is_nil(lfs.attributes(s.cwd), s.cwd .. " still exists")
     end
@@ -160,7 +160,7 @@ describe("a fixture whose files cannot be written", function()
     local ok, err = pcall(fixture.open, fixture)
     assert.is_false(ok)
     assert.matches("greeter.c", tostring(err), 1, true)
-    assert.is_truthy(opened._closed, "the half-prepared session is still open")
+    assert.is_true(opened:is_closed(), "the half-prepared session is still open")
     assert.is_nil(testing.session_of(fixture.proxy))
   end)
 end)

@@ -158,7 +158,7 @@ describe("the SSH forwarding provider (scripts/ssh_provider.lua)", function()
 
   it("runs commands and file operations on the other side", function()
     local program = ssh_program(env, sshd.port)
-    finally(function() sandbox.shutdown(program); server.remove_programs(program) end)
+    finally(function() sandbox.shutdown(program) end)
     local sshd_pid = tostring(env.sshd.proc.pid)
     local before = provider_pids(sshd_pid)
     local sb = sandbox.open{program = program, profile = "local/default", workspace = ws}
@@ -189,7 +189,6 @@ describe("the SSH forwarding provider (scripts/ssh_provider.lua)", function()
     local program = ssh_program(env, 1)   -- nothing listens on port 1
     local ok, err = pcall(sandbox.open, {program = program, profile = "local/default", workspace = ws})
     sandbox.shutdown(program)
-    server.remove_programs(program)
     assert.is_false(ok)
     assert.same("io_error", err.code)
     assert.matches("open via ssh to 127.0.0.1", tostring(err), 1, true)

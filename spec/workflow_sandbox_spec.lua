@@ -256,7 +256,7 @@ describe("workflow steps in a sandbox", function()
     } }, { report_dir = report })
     local inst = r.instances[1]
     assert.are.equal("failed", inst.status)
-    assert.matches('save_artifact%("out"%) failed: symlink `out/escape` points outside the sandbox', inst.error)
+    assert.matches('save_artifact%("out"%) failed: permission_denied: symlink `out/escape` points outside the sandbox', inst.error)
     assert.are.same({}, inst.artifacts)
     local lfs = require "lfs"
     assert.is_nil(lfs.attributes(report .. "/artifacts/a"), "no empty folder after a failed save")
@@ -320,10 +320,10 @@ describe("workflow steps in a sandbox", function()
     local pidfile = h.temp_dir()
     local r = run { steps = { { name = "a", run = function(ctx)
       ctx:sh("true")
-      local conn = ctx:session()._conn
+      local conn = ctx:session():connection()
       task.spawn(function()
         h.read_pid(pidfile, 5)
-        conn.proc:kill("KILL")
+        conn:kill("KILL")
       end)
       ctx:sh("echo $$ > " .. pidfile .. "; exec sleep 5")
     end } } }

@@ -3,7 +3,7 @@
 ** Encoding uses a luaL_Buffer box, so a raised error (out of memory) leaks
 ** nothing. Decoding a payload of streamed output is on the host's hot path
 ** (every stdout event of every exec), so it decodes a range of its string
-** (no string.sub copy of the payload first) into a scratch buffer that is
+** (no string.sub copy of the payload first) into a host_get()->b64 buffer that is
 ** kept between calls (no allocation per event), then makes the Lua string.
 */
 #include "host.h"
@@ -14,14 +14,10 @@
 
 #include "base64.h"
 
-/* Decoded results up to this size reuse the scratch buffer; bigger ones
+/* Decoded results up to this size reuse the host_get()->b64 buffer; bigger ones
 ** (a large read_file) get a buffer of their own, not kept afterwards. */
 #define SCRATCH_MAX ((size_t)4 << 20)
 
-static struct {
-  unsigned char *buf;
-  size_t cap;
-} scratch;
 
 static int core_b64encode(lua_State *L) {
   size_t n;
@@ -40,17 +36,17 @@ static size_t position(lua_Integer p, size_t len) {
   return len + (size_t)p + 1;
 }
 
-/* The scratch buffer with room for n bytes, or NULL when n is too big for it or memory is short. */
+/* The host_get()->b64 buffer with room for n bytes, or NULL when n is too big for it or memory is short. */
 static unsigned char *scratch_for(size_t n) {
   if (n > SCRATCH_MAX) return NULL;
-  if (n > scratch.cap) {
+  if (n > host_get()->b64.cap) {
     size_t cap = n < 256 * 1024 ? 256 * 1024 : n;
-    unsigned char *p = realloc(scratch.buf, cap);
+    unsigned char *p = realloc(host_get()->b64.buf, cap);
     if (p == NULL) return NULL;
-    scratch.buf = p;
-    scratch.cap = cap;
+    host_get()->b64.buf = p;
+    host_get()->b64.cap = cap;
   }
-  return scratch.buf;
+  return host_get()->b64.buf;
 }
 
 /* Pushes the decoded bytes or fail + message; returns the number of results. */
@@ -62,7 +58,7 @@ static int push_decoded(lua_State *L, const char *src, size_t n, unsigned char *
     return 2;
   }
   if (b != NULL) luaL_pushresultsize(b, out);
-  else lua_pushlstring(L, (const char *)dst, out);  /* may raise; scratch is static: no leak */
+  else lua_pushlstring(L, (const char *)dst, out);  /* may raise; host_get()->b64 is static: no leak */
   return 1;
 }
 
@@ -85,6 +81,25 @@ static int core_b64decode(lua_State *L) {
   luaL_Buffer b;
   dst = (unsigned char *)luaL_buffinitsize(L, &b, b64_decoded_maxlen(n) + 1);
   return push_decoded(L, src, n, dst, &b);
+}
+
+int b64_push(lua_State *L, const char *src, size_t n) {
+  unsigned char *dst = scratch_for(b64_decoded_maxlen(n) + 1);
+  size_t out = 0;
+  if (dst != NULL) {
+    if (b64_decode(src, n, dst, &out) != 0) return 0;
+    lua_pushlstring(L, (const char *)dst, out);
+    return 1;
+  }
+  luaL_Buffer b;
+  dst = (unsigned char *)luaL_buffinitsize(L, &b, b64_decoded_maxlen(n) + 1);
+  if (b64_decode(src, n, dst, &out) != 0) {
+    luaL_pushresultsize(&b, 0);
+    lua_pop(L, 1);
+    return 0;
+  }
+  luaL_pushresultsize(&b, out);
+  return 1;
 }
 
 void b64_open(lua_State *L) {

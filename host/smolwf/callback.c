@@ -11,9 +11,8 @@
 
 #include <lauxlib.h>
 
-static smol_host the_host;
+smol_host smolwf_host;
 
-smol_host *host_get(void) { return &the_host; }
 
 /* The interrupt error's identity: a unique address as a registry key. */
 static const char interrupt_mt_key = 'i';

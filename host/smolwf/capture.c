@@ -30,14 +30,16 @@
 #define CAPTURE_MT "smol.capture"
 #define FIRST_CAP ((size_t)64 * 1024)
 
-typedef struct capture {
+struct capture {
   char *data;
   size_t len, cap, limit;
-  int truncated;
-} capture;
+  int truncated, closed;
+};
 
 static capture *check_capture(lua_State *L) {
-  return luaL_checkudata(L, 1, CAPTURE_MT);
+  capture *c = luaL_checkudata(L, 1, CAPTURE_MT);
+  if (c->closed) luaL_error(L, "attempt to use a closed capture");
+  return c;
 }
 
 /* Room for `need` bytes in all: doubles, but never past the limit. */
@@ -53,16 +55,21 @@ static int reserve(capture *c, size_t need) {
   return 1;
 }
 
+int capture_add(capture *c, const char *bytes, size_t n) {
+  size_t room = c->limit - c->len;
+  if (n > room) { c->truncated = 1; n = room; }
+  if (n == 0) return 1;
+  if (!reserve(c, c->len + n)) return 0;
+  memcpy(c->data + c->len, bytes, n);
+  c->len += n;
+  return 1;
+}
+
 static int capture_append(lua_State *L) {
   capture *c = check_capture(L);
   size_t n;
   const char *bytes = luaL_checklstring(L, 2, &n);
-  size_t room = c->limit - c->len;
-  if (n > room) { c->truncated = 1; n = room; }
-  if (n == 0) return 0;
-  if (!reserve(c, c->len + n)) return luaL_error(L, "not enough memory to capture output");
-  memcpy(c->data + c->len, bytes, n);
-  c->len += n;
+  if (!capture_add(c, bytes, n)) return luaL_error(L, "not enough memory to capture output");
   return 0;
 }
 
@@ -78,11 +85,20 @@ static int capture_take(lua_State *L) {
   return 2;
 }
 
+/* __gc and __close: the kept bytes go; idempotent */
 static int capture_gc(lua_State *L) {
-  capture *c = check_capture(L);
+  capture *c = luaL_checkudata(L, 1, CAPTURE_MT);
   free(c->data);
   c->data = NULL;
+  c->closed = 1;
   return 0;
+}
+
+static int capture_tostring(lua_State *L) {
+  capture *c = luaL_checkudata(L, 1, CAPTURE_MT);
+  if (c->closed) lua_pushliteral(L, "smol.capture (closed)");
+  else lua_pushfstring(L, "smol.capture (%I of %I bytes)", (lua_Integer)c->len, (lua_Integer)c->limit);
+  return 1;
 }
 
 /* The limit: a non-negative integer, or math.huge for none. */
@@ -92,19 +108,24 @@ static size_t check_limit(lua_State *L) {
   return limit >= (lua_Number)SIZE_MAX ? SIZE_MAX : (size_t)limit;
 }
 
-static int core_capture(lua_State *L) {
-  size_t limit = check_limit(L);
+capture *capture_push(lua_State *L, size_t limit) {
   capture *c = lua_newuserdatauv(L, sizeof *c, 0);
   memset(c, 0, sizeof *c);
   c->limit = limit;
   luaL_setmetatable(L, CAPTURE_MT);
+  return c;
+}
+
+static int core_capture(lua_State *L) {
+  capture_push(L, check_limit(L));
   return 1;
 }
 
 void capture_open(lua_State *L) {
   static const luaL_Reg methods[] = {
     {"append", capture_append}, {"take", capture_take}, {NULL, NULL}};
-  static const luaL_Reg meta[] = {{"__gc", capture_gc}, {NULL, NULL}};
+  static const luaL_Reg meta[] = {
+    {"__gc", capture_gc}, {"__close", capture_gc}, {"__tostring", capture_tostring}, {NULL, NULL}};
   host_class(L, CAPTURE_MT, methods, meta);
   lua_pushcfunction(L, core_capture);
   lua_setfield(L, -2, "capture");

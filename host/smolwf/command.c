@@ -121,42 +121,39 @@ static lua_Integer push_argv(lua_State *L, const char *op) {
 enum { SPEC = 1, OP, SESSION, TIMEOUTS, TAIL, ARGV, CWD, ENV, STDIN, TIMEOUT, IDLE_TIMEOUT };
 
 /*
-** The params are written into one scratch buffer, kept between calls, and
+** The params are written into one host_get()->params buffer, kept between calls, and
 ** become one Lua string at the end: appending piece by piece to a
 ** luaL_Buffer cost more than the rest (measured). cJSON prints each value
 ** straight into it (cJSON_PrintPreallocated), given room for the worst
 ** case: every byte escaped as \u00XX.
 */
-typedef struct text { char *buf; size_t len, cap; } text;
-
-static text scratch;
 
 static void reserve(lua_State *L, size_t more) {
-  if (scratch.cap - scratch.len >= more) return;
-  size_t cap = scratch.cap ? scratch.cap : 4096;
-  while (cap - scratch.len < more) cap *= 2;
-  char *p = realloc(scratch.buf, cap);
+  if (host_get()->params.cap - host_get()->params.len >= more) return;
+  size_t cap = host_get()->params.cap ? host_get()->params.cap : 4096;
+  while (cap - host_get()->params.len < more) cap *= 2;
+  char *p = realloc(host_get()->params.buf, cap);
   if (p == NULL) luaL_error(L, "process_params: out of memory");
-  scratch.buf = p;
-  scratch.cap = cap;
+  host_get()->params.buf = p;
+  host_get()->params.cap = cap;
 }
 
 static void add(lua_State *L, const char *s, size_t n) {
   reserve(L, n);
-  memcpy(scratch.buf + scratch.len, s, n);
-  scratch.len += n;
+  memcpy(host_get()->params.buf + host_get()->params.len, s, n);
+  host_get()->params.len += n;
 }
 
 #define ADD_LITERAL(L, s) add(L, s, sizeof(s) - 1)
 
-/* Prints item into the scratch buffer (bound: an upper bound of its text) and frees it. */
+/* Prints item into the host_get()->params buffer (bound: an upper bound of its text) and frees it. */
 static void add_json(lua_State *L, cJSON *item, size_t bound) {
   bound += 16;  /* cJSON asks for a few bytes more than it writes */
   if (item != NULL) reserve(L, bound);
-  int ok = item != NULL && cJSON_PrintPreallocated(item, scratch.buf + scratch.len, (int)bound, 0);
+  int ok = item != NULL && cJSON_PrintPreallocated(item, host_get()->params.buf + host_get()->params.len, (int)bound, 0);
   cJSON_Delete(item);
   if (!ok) luaL_error(L, "process_params: out of memory");
-  scratch.len += strlen(scratch.buf + scratch.len);
+  host_get()->params.len += strlen(host_get()->params.buf + host_get()->params.len);
 }
 
 /* An upper bound of a string's JSON text: every byte as \u00XX, and quotes. */
@@ -213,9 +210,9 @@ static void add_stdin(lua_State *L) {
     return;
   }
   reserve(L, b64_encoded_len(n) + 2);
-  scratch.buf[scratch.len++] = '"';
-  scratch.len += b64_encode(bytes, n, scratch.buf + scratch.len);
-  scratch.buf[scratch.len++] = '"';
+  host_get()->params.buf[host_get()->params.len++] = '"';
+  host_get()->params.len += b64_encode(bytes, n, host_get()->params.buf + host_get()->params.len);
+  host_get()->params.buf[host_get()->params.len++] = '"';
 }
 
 /* name<milliseconds> for a spec field in seconds, when it is there. */
@@ -239,7 +236,7 @@ static int core_process_params(lua_State *L) {
   lua_getfield(L, SPEC, "timeout");
   lua_getfield(L, SPEC, "idle_timeout");
   json_arena_reset();
-  scratch.len = 0;
+  host_get()->params.len = 0;
   ADD_LITERAL(L, "{\"session\":");
   add(L, session, session_len);
   ADD_LITERAL(L, ",\"argv\":");
@@ -258,7 +255,7 @@ static int core_process_params(lua_State *L) {
   }
   add(L, tail, tail_len);
   lua_pushvalue(L, ARGV);
-  lua_pushlstring(L, scratch.buf, scratch.len);
+  lua_pushlstring(L, host_get()->params.buf, host_get()->params.len);
   return 2;  /* argv, params */
 }
 

@@ -7,6 +7,8 @@
 
 #include <lauxlib.h>
 
+#include "conn.h"
+
 int luaopen_smol_core(lua_State *L) {
   lua_newtable(L);
   loop_open(L);
@@ -14,9 +16,10 @@ int luaopen_smol_core(lua_State *L) {
   process_open(L);
   b64_open(L);
   capture_open(L);
-  message_open(L);
+  conn_open(L);
   command_open(L);
   fs_open(L);
+  os_open(L);
   stdio_open(L);
   tty_open(L);
   sigint_open(L);

@@ -40,11 +40,10 @@ static void call_task_hook(lua_State *L, const char *name) {
   lua_pop(L, 2);
 }
 
-static int deadline_passed;
 
 static void on_deadline(uv_timer_t *t) {
   (void)t;
-  deadline_passed = 1;
+  host_get()->deadline_passed = 1;
 }
 
 static int no_live_process(void) { return process_live_count() == 0; }
@@ -53,10 +52,10 @@ static int stdout_flushed(void) { return !stdio_out_pending(); }
 /* Runs the loop (no Lua callbacks are left) until done() or ms passed. */
 static void run_until(smol_host *h, int (*done)(void), uint64_t ms) {
   uv_timer_t deadline;
-  deadline_passed = 0;
+  host_get()->deadline_passed = 0;
   uv_timer_init(&h->loop, &deadline);
   uv_timer_start(&deadline, on_deadline, ms, 0);
-  while (!done() && !deadline_passed) uv_run(&h->loop, UV_RUN_ONCE);
+  while (!done() && !host_get()->deadline_passed) uv_run(&h->loop, UV_RUN_ONCE);
   uv_close((uv_handle_t *)&deadline, NULL);
   uv_run(&h->loop, UV_RUN_NOWAIT);  /* completes the close: 'deadline' dies here */
 }

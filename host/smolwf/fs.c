@@ -13,21 +13,20 @@
 
 #include <lauxlib.h>
 
-static char exe_path[PATH_MAX], exe_dir[PATH_MAX];
 
 int fs_init_exe_path(void) {
-  size_t size = sizeof exe_path;
-  int rc = uv_exepath(exe_path, &size);
+  size_t size = sizeof host_get()->exe_path;
+  int rc = uv_exepath(host_get()->exe_path, &size);
   if (rc != 0) return rc;
-  memcpy(exe_dir, exe_path, size + 1);
-  char *slash = strrchr(exe_dir, '/');
+  memcpy(host_get()->exe_dir, host_get()->exe_path, size + 1);
+  char *slash = strrchr(host_get()->exe_dir, '/');
   if (slash == NULL) return UV_EINVAL;
-  *(slash == exe_dir ? slash + 1 : slash) = '\0';
+  *(slash == host_get()->exe_dir ? slash + 1 : slash) = '\0';
   return 0;
 }
 
-const char *fs_exe_path(void) { return exe_path; }
-const char *fs_exe_dir(void) { return exe_dir; }
+const char *fs_exe_path(void) { return host_get()->exe_path; }
+const char *fs_exe_dir(void) { return host_get()->exe_dir; }
 
 int fs_is_dir(const char *path) {
   struct stat st;
@@ -35,13 +34,13 @@ int fs_is_dir(const char *path) {
 }
 
 static int core_exe_path(lua_State *L) {
-  lua_pushstring(L, exe_path);
+  lua_pushstring(L, host_get()->exe_path);
   return 1;
 }
 
 /* core.bundled_provider() -> path of smolwf-provider next to us, or nil */
 static int core_bundled_provider(lua_State *L) {
-  const char *path = lua_pushfstring(L, "%s/smolwf-provider", exe_dir);
+  const char *path = lua_pushfstring(L, "%s/smolwf-provider", host_get()->exe_dir);
   if (access(path, X_OK) != 0) luaL_pushfail(L);
   return 1;
 }

@@ -4,9 +4,10 @@
 ** Files are named after the concept they hold: callback.c (protected calls
 ** into Lua), sigint.c (Ctrl-C), timer.c, process.c, reader.c (pipe reading),
 ** stdio.c (the host's own stdin/stdout for Lua providers), tty.c
-** (terminal questions), b64.c, message.c (decoding protocol lines), command.c
-** (exec/spawn params), router.c
-** (routing replies to their requests), fs.c,
+** (terminal questions), b64.c, conn.c (a provider connection: its wire,
+** behind conn.h), json_lua.c (cJSON values as Lua values), command.c
+** (exec/spawn params), write.c, capture.c, fs.c, os.c (system calls Lua
+** lacks),
 ** core.c (the smol.core module table), introspect.c (what the host holds,
 ** for test harnesses), exitpath.c (orderly shutdown),
 ** luapath.c (package.path), cli.c and main.c (the command line).
@@ -14,6 +15,7 @@
 #ifndef SMOLWF_HOST_H
 #define SMOLWF_HOST_H
 
+#include <limits.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -24,18 +26,7 @@
 #include "linebuf.h"
 #include "signames.h"
 
-typedef struct smol_host {
-  uv_loop_t loop;
-  lua_State *L;                      /* main state: every callback into Lua runs here */
-  int loop_running;                  /* inside uv_run: a nested run is refused */
-  int failed;                        /* a callback or task failed: exit non-zero */
-  volatile sig_atomic_t interrupted; /* Ctrl-C seen and not yet taken over by the exit path */
-  volatile sig_atomic_t was_interrupted; /* the signal (INT, TERM, HUP) seen: exit status 128+it */
-  int exiting;                       /* the exit path has started */
-  const char *progname;
-} smol_host;
-
-smol_host *host_get(void);
+typedef struct smol_host smol_host;
 
 /* callback.c: every loop->Lua entry, on the main state */
 int host_msghandler(lua_State *L);
@@ -53,23 +44,23 @@ void sigint_open(lua_State *L);       /* core.resume: resumes a task, watched fo
 
 /* signames.h (host/common): "TERM" <-> SIGTERM, 0 / NULL when unknown */
 
-/* router.c: reply lines straight to their request's queue (see there) */
-typedef struct reply_router {
-  int on, pending_ref, notify_ref, max_depth;
-  size_t max_line;
-} reply_router;
-int router_take(const reply_router *rt, lua_State *L, const char *line, size_t len); /* 1: routed */
-void router_on(lua_State *L, reply_router *rt, int idx); /* args at idx..idx+3 */
-void router_off(reply_router *rt);
-
 /* json_arena.c: cJSON's memory (a bump arena each C call resets first) */
 void json_arena_install(void);
 void json_arena_reset(void);
 
-/* message.c: pushes id, kind, body of a protocol line (3), or fail, why (2) */
-int message_push(lua_State *L, const char *line, size_t len, int max_depth);
+/* json_lua.c: pushes item as a Lua value; 0 (nothing pushed) past max_depth */
+struct cJSON;
+int json_push(lua_State *L, const struct cJSON *item, int max_depth, int depth);
 
-/* reader.c: reading a pipe in "lines" or "chunks" mode into a Lua callback */
+/*
+** reader.c: reading a pipe in "lines" or "chunks" mode into a Lua callback,
+** or into a C sink: fn(ctx, line, len, NULL) per line, then fn(ctx, NULL,
+** 0, err) once at the end (err NULL at EOF).
+*/
+typedef struct line_sink {
+  void (*fn)(void *ctx, const char *data, size_t n, const char *err);
+  void *ctx;
+} line_sink;
 typedef struct reader reader;
 typedef void (*reader_done_fn)(reader *r, void *owner);
 struct reader {
@@ -82,16 +73,58 @@ struct reader {
   reader_done_fn on_done;   /* after EOF/error was delivered */
   reader_done_fn on_closed; /* from the pipe's close callback */
   linebuf lb;
-  reply_router router;      /* lines mode: replies routed in C while on */
+  line_sink sink;           /* instead of the Lua callback when set */
 };
 int reader_init(reader *r, uv_loop_t *loop, int lines, size_t max_line,
                 void *owner, reader_done_fn on_done, reader_done_fn on_closed);
 int reader_init_fd(reader *r, uv_loop_t *loop, int fd, int lines, size_t max_line,
                    void *owner, reader_done_fn on_done, reader_done_fn on_closed);
 int reader_start(reader *r);
-void reader_detach(reader *r);        /* drops the Lua callback; keeps draining */
+void reader_detach(reader *r);        /* drops the callback or sink; keeps draining */
 void reader_close(reader *r);         /* idempotent; on_closed follows */
 int reader_finished(const reader *r);  /* EOF/error delivered, or closed */
+
+/* stdio.c's stdout: a uv stream on a dup of fd 1, or synchronous writes */
+typedef struct host_stdout {
+  int state;
+  union { uv_pipe_t pipe; uv_tty_t tty; uv_stream_t stream; uv_handle_t handle; } h;
+  size_t pending;
+  int error;  /* the write error that broke it */
+} host_stdout;
+
+struct smol_host {
+  uv_loop_t loop;
+  lua_State *L;                      /* main state: every callback into Lua runs here */
+  int loop_running;                  /* inside uv_run: a nested run is refused */
+  int failed;                        /* a callback or task failed: exit non-zero */
+  volatile sig_atomic_t interrupted; /* Ctrl-C seen and not yet taken over by the exit path */
+  volatile sig_atomic_t was_interrupted; /* the signal (INT, TERM, HUP) seen: exit status 128+it */
+  int exiting;                       /* the exit path has started */
+  const char *progname;
+  /* What each file keeps for the whole run hangs off the host, not off
+  ** globals of its own (as luv hangs its state off its ctx). */
+  struct proc *procs;                /* process.c: every process not yet freed */
+  struct timer *timers;              /* timer.c: every timer not yet closed */
+  reader stdin_reader;               /* stdio.c: our stdin, for Lua providers */
+  int stdin_busy;                    /*   from read_stdin until its handle closed */
+  unsigned stdin_generation;         /*   which reader box owns stdin_reader */
+  host_stdout out;                   /* stdio.c: our stdout */
+  char exe_path[PATH_MAX], exe_dir[PATH_MAX]; /* fs.c: where this smolwf is */
+  uv_async_t wake_loop;              /* sigint.c: the handler wakes the loop */
+  volatile sig_atomic_t hook_allowed, wake_allowed;
+  lua_State *volatile running_task;  /*   the task coroutine running now, or NULL */
+  int deadline_passed;               /* exitpath.c: the drain's deadline */
+  struct { char *buf; size_t len, cap; } params;     /* command.c: params being built */
+  struct { unsigned char *buf; size_t cap; } b64;    /* b64.c: decoding scratch */
+  struct { _Alignas(16) unsigned char buf[64 * 1024]; size_t used; } json_arena; /* json_arena.c */
+  char read_buffer[1024 * 1024];     /* reader.c: every read (see there) */
+  char write_joined[16 * 1024];      /* write.c: a small line joined for one write */
+};
+
+/* The one host of this process (callback.c); inline: hot paths reach it per line. */
+extern smol_host smolwf_host;
+static inline smol_host *host_get(void) { return &smolwf_host; }
+
 
 /*
 ** write.c: writes the Lua string at idx; what the pipe does not take at
@@ -101,8 +134,8 @@ int reader_finished(const reader *r);  /* EOF/error delivered, or closed */
 typedef void (*write_done_fn)(void *owner, int status);
 int write_anchored(lua_State *L, uv_stream_t *stream, int idx, size_t *pending,
                    void *owner, write_done_fn done);  /* 0 or a UV_E* code */
-int write_pieces(lua_State *L, uv_stream_t *stream, int first, int last, size_t *pending,
-                 void *owner, write_done_fn done);    /* strings/integers as one write */
+int write_bufs(lua_State *L, uv_stream_t *stream, const uv_buf_t *bufs, unsigned n, size_t *pending,
+               void *owner, write_done_fn done);           /* as one write */
 
 /* spawn_opts.c: checking core.spawn's options table (misuse raises) */
 enum { STREAM_IGNORE, STREAM_INHERIT, STREAM_LINES, STREAM_CHUNKS };
@@ -117,15 +150,29 @@ void spawn_opts_check(lua_State *L, int idx, spawn_opts *o); /* pushes anchors *
 /* each file adds its functions to the smol.core table on the stack top */
 void timer_open(lua_State *L);
 void process_open(lua_State *L);
+/* process.c, for conn.c: a spawned process seen from C */
+typedef struct proc proc;
+int process_spawn(lua_State *L);      /* core.spawn: pushes the box, or fail, msg, errname */
+proc *process_of(lua_State *L, int idx); /* the box's process; NULL once closed */
+void process_sink_stdout(proc *p, line_sink sink);
+int process_write_bufs(lua_State *L, proc *p, const uv_buf_t *bufs, unsigned n); /* 0 or a UV_E* code */
+void process_close_stdin(proc *p);
+int process_kill(proc *p, int signo);  /* 0, or -1 with errno; exited: 0 */
+int process_pid(const proc *p);
 /* class.c: registers a userdata class's metatable (meta: metamethods, methods: its __index) */
 struct luaL_Reg;
 void host_class(lua_State *L, const char *name, const struct luaL_Reg *methods,
                 const struct luaL_Reg *meta);
 void b64_open(lua_State *L);
 void capture_open(lua_State *L);        /* capture.c: core.capture, exec's kept output */
-void message_open(lua_State *L);        /* message.c: core.decode_message */
+typedef struct capture capture;
+capture *capture_push(lua_State *L, size_t limit);  /* a new core.capture on the stack */
+int capture_add(capture *c, const char *bytes, size_t n); /* 0: out of memory */
+int b64_push(lua_State *L, const char *src, size_t n); /* b64.c: pushes the bytes; 0 (nothing) if invalid */
 void command_open(lua_State *L);        /* command.c: core.process_params */
 void fs_open(lua_State *L);
+void os_open(lua_State *L);            /* os.c: core.chmod, kill, getpid, raise, error_code */
+int host_check_signal(lua_State *L, int idx); /* a signal name or number argument (misuse raises) */
 void loop_open(lua_State *L);
 void stdio_open(lua_State *L);
 void tty_open(lua_State *L);            /* tty.c: core.isatty, core.term_width */

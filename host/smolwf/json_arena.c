@@ -1,9 +1,9 @@
 /*
-** The memory of cJSON in the host: one bump arena, reset by each user.
+** The memory of cJSON in the host: one bump host_get()->json_arena, reset by each user.
 **
 ** cJSON allocates every node and string on its own. In the host a parse
-** (message.c) or a build (command.c) lives only inside one C call, so its
-** memory comes from one arena that the call resets first: a pointer bump
+** (conn.c) or a build (command.c) lives only inside one C call, so its
+** memory comes from one host_get()->json_arena that the call resets first: a pointer bump
 ** instead of malloc, and no free at all. What does not fit (a line with
 ** many members, a big env) falls back to malloc and is freed as usual.
 ** Hand-written because cJSON's hooks are the only allocator interface it
@@ -17,26 +17,22 @@
 
 #include <cjson/cJSON.h>
 
-static struct {
-  _Alignas(16) unsigned char buf[64 * 1024];
-  size_t used;
-} arena;
 
 static void *arena_alloc(size_t n) {
-  size_t at = (arena.used + 15) & ~(size_t)15;
-  if (at + n <= sizeof arena.buf) {
-    arena.used = at + n;
-    return arena.buf + at;
+  size_t at = (host_get()->json_arena.used + 15) & ~(size_t)15;
+  if (at + n <= sizeof host_get()->json_arena.buf) {
+    host_get()->json_arena.used = at + n;
+    return host_get()->json_arena.buf + at;
   }
   return malloc(n);
 }
 
 static void arena_free(void *p) {
-  uintptr_t u = (uintptr_t)p, base = (uintptr_t)arena.buf;
-  if (u < base || u >= base + sizeof arena.buf) free(p);
+  uintptr_t u = (uintptr_t)p, base = (uintptr_t)host_get()->json_arena.buf;
+  if (u < base || u >= base + sizeof host_get()->json_arena.buf) free(p);
 }
 
-void json_arena_reset(void) { arena.used = 0; }
+void json_arena_reset(void) { host_get()->json_arena.used = 0; }
 
 void json_arena_install(void) {
   static cJSON_Hooks hooks = {arena_alloc, arena_free};

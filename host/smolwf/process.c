@@ -24,7 +24,6 @@
 
 enum { STDIN_NONE, STDIN_OPEN, STDIN_CLOSING };
 
-typedef struct proc proc;
 typedef struct proc_box { proc *p; int pid; } proc_box;
 
 struct proc {
@@ -40,20 +39,19 @@ struct proc {
   size_t pending_write;
   int self_ref, exit_ref;   /* anchor of the box; the on_exit callback */
   proc_box *box;            /* NULL once Lua let go */
-  proc *prev, *next;        /* all_procs */
+  proc *prev, *next;        /* host_get()->procs */
 };
 
-static proc *all_procs;
 
 static void link_proc(proc *p) {
-  p->next = all_procs;
-  if (all_procs) all_procs->prev = p;
-  all_procs = p;
+  p->next = host_get()->procs;
+  if (host_get()->procs) host_get()->procs->prev = p;
+  host_get()->procs = p;
 }
 
 static void unlink_proc(proc *p) {
   if (p->prev) p->prev->next = p->next;
-  else all_procs = p->next;
+  else host_get()->procs = p->next;
   if (p->next) p->next->prev = p->prev;
 }
 
@@ -306,7 +304,7 @@ static proc_box *new_box(lua_State *L) {
 }
 
 /* core.spawn(opts) -> proc | nil, "FILE: message", "ENOENT" */
-static int core_spawn(lua_State *L) {
+int process_spawn(lua_State *L) {
   spawn_opts o;
   spawn_opts_check(L, 1, &o);  /* stack: opts, anchors... */
   proc_box *box = new_box(L);
@@ -331,6 +329,13 @@ static int core_spawn(lua_State *L) {
 
 static proc_box *check_box(lua_State *L) {
   return luaL_checkudata(L, 1, PROCESS_MT);
+}
+
+/* The process of an open box; a closed one raises, as Lua's files do. */
+static proc *check_open(lua_State *L) {
+  proc *p = check_box(L)->p;
+  if (p == NULL) luaL_error(L, "attempt to use a closed process");
+  return p;
 }
 
 /* Lua lets go: no more callbacks; handles close once the child is done. */
@@ -366,66 +371,19 @@ static const char *write_stdin(lua_State *L, proc *p) {
 }
 
 static int proc_write(lua_State *L) {
-  const char *failure = write_stdin(L, check_box(L)->p);
+  const char *failure = write_stdin(L, check_open(L));
   if (failure != NULL) return luaL_error(L, "process write: %s", failure);
   return 0;
 }
 
-/*
-** proc:try_write(piece, ...): the pieces (strings, or integers in decimal)
-** written to the child's stdin as one, for callers that handle a failure
-** as a value (a request that cannot be sent): true, or nil and the
-** message. It raises only for a bad argument, so the hot path of a
-** request needs no pcall and no Lua string of its whole line.
-*/
-static int proc_try_write(lua_State *L) {
-  proc *p = check_box(L)->p;
-  const char *failure = "stdin is closed";
-  if (p != NULL && p->stdin_state == STDIN_OPEN) {
-    int rc = write_pieces(L, (uv_stream_t *)&p->stdin_pipe, 2, lua_gettop(L),
-                          &p->pending_write, p, on_written);
-    failure = rc != 0 ? uv_strerror(rc) : NULL;
-  }
-  if (failure == NULL) {
-    lua_pushboolean(L, 1);
-    return 1;
-  }
-  luaL_pushfail(L);
-  lua_pushstring(L, failure);
-  return 2;
-}
-
-/* proc:route_replies(pending, notify, max_depth, max_line) or (nil): see router.c */
-static int proc_route_replies(lua_State *L) {
-  proc *p = check_box(L)->p;
-  int on = !lua_isnoneornil(L, 2);
-  if (on && (p == NULL || !p->has_out || !p->out.lines))
-    return luaL_error(L, "route_replies: the process has no stdout in lines mode");
-  if (p == NULL || !p->has_out) return 0;
-  if (on) router_on(L, &p->out.router, 2);
-  else router_off(&p->out.router);
-  return 0;
-}
-
 static int proc_close_stdin(lua_State *L) {
-  proc *p = check_box(L)->p;
-  if (p != NULL) close_stdin(p);
+  close_stdin(check_open(L));
   return 0;
 }
 
 static int proc_pending_write_bytes(lua_State *L) {
-  proc *p = check_box(L)->p;
-  lua_pushinteger(L, p ? (lua_Integer)p->pending_write : 0);
+  lua_pushinteger(L, (lua_Integer)check_open(L)->pending_write);
   return 1;
-}
-
-/* Accepts "TERM", "SIGTERM" or a number; raises on an unknown name. */
-static int check_signal(lua_State *L, int idx) {
-  if (lua_type(L, idx) == LUA_TNUMBER) return (int)luaL_checkinteger(L, idx);
-  const char *name = luaL_optstring(L, idx, "TERM");
-  int signo = signal_from_name(name);
-  if (signo == 0) return luaL_argerror(L, idx, lua_pushfstring(L, "unknown signal '%s'", name));
-  return signo;
 }
 
 static int signal_proc(proc *p, int signo) {
@@ -434,9 +392,9 @@ static int signal_proc(proc *p, int signo) {
 
 /* proc:kill([sig]) -> true | false (already exited) | nil, err, name */
 static int proc_kill(lua_State *L) {
-  proc *p = check_box(L)->p;
-  int signo = check_signal(L, 2);
-  if (p == NULL || p->exited) {
+  proc *p = check_open(L);
+  int signo = lua_isnoneornil(L, 2) ? SIGTERM : host_check_signal(L, 2);
+  if (p->exited) {
     lua_pushboolean(L, 0);
     return 1;
   }
@@ -462,10 +420,7 @@ static int proc_tostring(lua_State *L) {
   return 1;
 }
 
-/* __index: the pid field, else a method */
-/* Methods first, without a check of the box: a method lookup is on every
-** call (proc:try_write per request), and handing out a method is harmless
-** whatever the object; only `pid` reads the box. */
+/* __index: a method, else the pid field (only `pid` reads the box). */
 static int proc_index(lua_State *L) {
   lua_pushvalue(L, 2);
   if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1;
@@ -475,11 +430,38 @@ static int proc_index(lua_State *L) {
   return 1;
 }
 
+/* {=================== for conn.c ===================} */
+
+proc *process_of(lua_State *L, int idx) {
+  return ((proc_box *)luaL_checkudata(L, idx, PROCESS_MT))->p;
+}
+
+void process_sink_stdout(proc *p, line_sink sink) {
+  if (p->has_out) p->out.sink = sink;
+}
+
+int process_write_bufs(lua_State *L, proc *p, const uv_buf_t *bufs, unsigned n) {
+  if (p == NULL || p->stdin_state != STDIN_OPEN) return UV_EPIPE;
+  return write_bufs(L, (uv_stream_t *)&p->stdin_pipe, bufs, n, &p->pending_write, p, on_written);
+}
+
+void process_close_stdin(proc *p) {
+  if (p != NULL) close_stdin(p);
+}
+
+int process_kill(proc *p, int signo) {
+  if (p == NULL || p->exited) return 0;
+  int rc = signal_proc(p, signo);
+  return rc != 0 && errno == ESRCH ? 0 : rc;
+}
+
+int process_pid(const proc *p) { return p->pid; }
+
 /* {=================== exit path ===================} */
 
 /* No more Lua callbacks: the exit hooks have run, only cleanup is left. */
 void process_detach_all(void) {
-  for (proc *p = all_procs; p != NULL; p = p->next) {
+  for (proc *p = host_get()->procs; p != NULL; p = p->next) {
     host_unref(&p->exit_ref);
     if (p->has_out) reader_detach(&p->out);
     if (p->has_err) reader_detach(&p->err);
@@ -488,7 +470,7 @@ void process_detach_all(void) {
 
 int process_live_count(void) {
   int n = 0;
-  for (proc *p = all_procs; p != NULL; p = p->next) n += !p->exited;
+  for (proc *p = host_get()->procs; p != NULL; p = p->next) n += !p->exited;
   return n;
 }
 
@@ -498,7 +480,7 @@ int process_live_count(void) {
 ** group (its id cannot be reused while the group exists).
 */
 void process_signal_all(int signo) {
-  for (proc *p = all_procs; p != NULL; p = p->next) {
+  for (proc *p = host_get()->procs; p != NULL; p = p->next) {
     int pipes_open = (p->has_out && !reader_finished(&p->out)) ||
                      (p->has_err && !reader_finished(&p->err));
     if (!p->exited || (p->process_group && pipes_open)) signal_proc(p, signo);
@@ -506,7 +488,7 @@ void process_signal_all(int signo) {
 }
 
 void process_close_all(void) {
-  for (proc *p = all_procs; p != NULL; p = p->next) {
+  for (proc *p = host_get()->procs; p != NULL; p = p->next) {
     abort_stdin(p);
     if (p->has_out) reader_close(&p->out);
     if (p->has_err) reader_close(&p->err);
@@ -515,8 +497,7 @@ void process_close_all(void) {
 
 void process_open(lua_State *L) {
   static const luaL_Reg methods[] = {
-    {"write", proc_write}, {"try_write", proc_try_write},
-    {"route_replies", proc_route_replies}, {"close_stdin", proc_close_stdin},
+    {"write", proc_write}, {"close_stdin", proc_close_stdin},
     {"kill", proc_kill}, {"pending_write_bytes", proc_pending_write_bytes},
     {"close", proc_close}, {NULL, NULL}};
   static const luaL_Reg meta[] = {
@@ -528,6 +509,6 @@ void process_open(lua_State *L) {
   lua_pushcclosure(L, proc_index, 1);
   lua_setfield(L, -2, "__index");
   lua_pop(L, 1);
-  lua_pushcfunction(L, core_spawn);
+  lua_pushcfunction(L, process_spawn);
   lua_setfield(L, -2, "spawn");
 }

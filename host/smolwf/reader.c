@@ -22,19 +22,21 @@ enum { READER_IDLE, READER_READING, READER_DONE, READER_CLOSING, READER_CLOSED }
 ** only in a read bigger than that, and only a whole line skips the copy
 ** into the linebuf (see feed_lines).
 */
-static char read_buffer[1024 * 1024];
 
 static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf) {
   (void)handle;
   (void)suggested;
-  *buf = uv_buf_init(read_buffer, sizeof read_buffer);
+  *buf = uv_buf_init(host_get()->read_buffer, sizeof host_get()->read_buffer);
 }
 
-/* Calls the Lua callback with (data) or (nil, err); a no-op once detached. */
+/* Calls the sink, or the Lua callback with (data) or (nil, err); a no-op once detached. */
 static void call_back(reader *r, const char *data, size_t n, const char *err) {
+  if (r->sink.fn != NULL) {
+    r->sink.fn(r->sink.ctx, data, n, err);
+    return;
+  }
   if (r->cb_ref == LUA_NOREF) return;
   lua_State *L = host_get()->L;
-  if (r->router.on && data != NULL && router_take(&r->router, L, data, n)) return;
   lua_rawgeti(L, LUA_REGISTRYINDEX, r->cb_ref);
   if (data != NULL) lua_pushlstring(L, data, n);
   else lua_pushnil(L);
@@ -114,7 +116,7 @@ static void init_fields(reader *r, int lines, size_t max_line, void *owner,
   r->owner = owner;
   r->on_done = on_done;
   r->on_closed = on_closed_fn;
-  r->router = (reply_router){0, LUA_NOREF, LUA_NOREF, 0, 0};
+  r->sink = (line_sink){NULL, NULL};
   linebuf_init(&r->lb, max_line);
 }
 
@@ -159,7 +161,7 @@ int reader_start(reader *r) {
 
 void reader_detach(reader *r) {
   host_unref(&r->cb_ref);
-  router_off(&r->router);
+  r->sink = (line_sink){NULL, NULL};
 }
 
 void reader_close(reader *r) {

@@ -2,7 +2,7 @@
 ** Ctrl-C (and SIGTERM, SIGHUP). A C signal cannot touch a Lua state or
 ** the loop directly (lua.c), so the handler only sets a flag, arms a Lua
 ** hook (to stop a pure-Lua loop on the main state, and on the task
-** running now: see running_task) and wakes the loop through a uv_async (async-signal-
+** running now: see host_get()->running_task) and wakes the loop through a uv_async (async-signal-
 ** safe by libuv's documentation). core.run_once then raises the interrupt
 ** error; the exit path disarms both before it runs the exit hooks.
 **
@@ -15,8 +15,6 @@
 
 #include <lauxlib.h>
 
-static uv_async_t wake_loop;
-static volatile sig_atomic_t hook_allowed, wake_allowed;
 
 /*
 ** The task coroutine running now (core.resume sets it), NULL between
@@ -25,7 +23,6 @@ static volatile sig_atomic_t hook_allowed, wake_allowed;
 ** count hook on every task would do it too, but any hook makes the Lua VM
 ** trace every instruction (about a fifth of a request's cost).
 */
-static lua_State *volatile running_task;
 
 static void interrupt_hook(lua_State *L, lua_Debug *ar);
 
@@ -54,27 +51,27 @@ static void on_sigint(int signo) {
   smol_host *h = host_get();
   h->interrupted = 1;
   h->was_interrupted = signo;
-  if (hook_allowed) {
+  if (host_get()->hook_allowed) {
     arm_interrupt(h->L);
-    lua_State *task = running_task;
+    lua_State *task = host_get()->running_task;
     if (task != NULL) arm_interrupt(task);
   }
-  if (wake_allowed) uv_async_send(&wake_loop);
+  if (host_get()->wake_allowed) uv_async_send(&host_get()->wake_loop);
 }
 
 /* Nothing to do: waking uv_run is the point; run_once checks the flag. */
 static void on_wake(uv_async_t *handle) { (void)handle; }
 
 int sigint_install(smol_host *h) {
-  int rc = uv_async_init(&h->loop, &wake_loop, on_wake);
+  int rc = uv_async_init(&h->loop, &host_get()->wake_loop, on_wake);
   if (rc != 0) return rc;
-  uv_unref((uv_handle_t *)&wake_loop);  /* must not keep run_once "alive" */
+  uv_unref((uv_handle_t *)&host_get()->wake_loop);  /* must not keep run_once "alive" */
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_sigint;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
-  hook_allowed = wake_allowed = 1;
+  host_get()->hook_allowed = host_get()->wake_allowed = 1;
   /* TERM and HUP (a CI timeout, a closed terminal) end the run the same clean way */
   int ok = sigaction(SIGINT, &sa, NULL) == 0 && sigaction(SIGTERM, &sa, NULL) == 0 &&
            sigaction(SIGHUP, &sa, NULL) == 0;
@@ -94,10 +91,10 @@ void sigint_disarm(smol_host *h) {
 ** on only sets the flag.
 */
 void sigint_close(smol_host *h) {
-  if (!wake_allowed) return;
-  hook_allowed = wake_allowed = 0;
+  if (!host_get()->wake_allowed) return;
+  host_get()->hook_allowed = host_get()->wake_allowed = 0;
   sigint_disarm(h);
-  uv_close((uv_handle_t *)&wake_loop, NULL);
+  uv_close((uv_handle_t *)&host_get()->wake_loop, NULL);
 }
 
 /* Moves co's results (after true), or its error (after false), onto L. */
@@ -115,7 +112,7 @@ static int resume_results(lua_State *L, lua_State *co, int status, int nres) {
 
 /*
 ** core.resume(co, ...): coroutine.resume for smol.task's scheduler, with
-** co watched for Ctrl-C while it runs (see running_task). The scheduler
+** co watched for Ctrl-C while it runs (see host_get()->running_task). The scheduler
 ** resumes only suspended tasks, from outside any task; nesting is still
 ** kept right (the outer task is watched again after). Like Lua's own, a
 ** task that cannot be resumed yields false and a message.
@@ -128,12 +125,12 @@ static int core_resume(lua_State *L) {
   /* lua_resume itself refuses a dead or non-suspended coroutine */
   luaL_checkstack(co, narg, "too many arguments to resume");
   lua_xmove(L, co, narg);
-  lua_State *outer = running_task;
-  running_task = co;
-  if (host_get()->interrupted && hook_allowed) arm_interrupt(co);
+  lua_State *outer = host_get()->running_task;
+  host_get()->running_task = co;
+  if (host_get()->interrupted && host_get()->hook_allowed) arm_interrupt(co);
   int nres = 0;
   int status = lua_resume(co, L, narg, &nres);
-  running_task = outer;
+  host_get()->running_task = outer;
   return resume_results(L, co, status, nres);
 }
 

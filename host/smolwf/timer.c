@@ -20,15 +20,14 @@ struct timer {
   uv_timer_t handle;
   int fn_ref, self_ref;
   timer_box *box;           /* NULL once stopped or fired */
-  timer *prev, *next;       /* all_timers: closed by the exit path */
+  timer *prev, *next;       /* host_get()->timers: closed by the exit path */
 };
 
-static timer *all_timers;
 
 static void on_closed(uv_handle_t *handle) {
   timer *t = handle->data;
   if (t->prev) t->prev->next = t->next;
-  else all_timers = t->next;
+  else host_get()->timers = t->next;
   if (t->next) t->next->prev = t->prev;
   free(t);
 }
@@ -64,9 +63,9 @@ static int core_timer(lua_State *L) {
   if (t == NULL) return luaL_error(L, "timer: out of memory");
   uv_timer_init(&host_get()->loop, &t->handle);  /* cannot fail on unix */
   t->handle.data = t;
-  t->next = all_timers;
-  if (all_timers) all_timers->prev = t;
-  all_timers = t;
+  t->next = host_get()->timers;
+  if (host_get()->timers) host_get()->timers->prev = t;
+  host_get()->timers = t;
   lua_pushvalue(L, 2);
   t->fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   lua_pushvalue(L, -1);
@@ -92,14 +91,22 @@ static int timer_active(lua_State *L) {
 }
 
 void timer_close_all(void) {
-  for (timer *t = all_timers; t != NULL; t = t->next)
+  for (timer *t = host_get()->timers; t != NULL; t = t->next)
     if (t->box != NULL) stop(t->box);
 }
 
+static int timer_tostring(lua_State *L) {
+  timer_box *box = luaL_checkudata(L, 1, TIMER_MT);
+  lua_pushstring(L, box->t != NULL ? "smol.timer (active)" : "smol.timer (stopped)");
+  return 1;
+}
+
+/* A stopped timer is what a closed one is: stop and active still answer. */
 void timer_open(lua_State *L) {
   static const luaL_Reg methods[] = {
     {"stop", timer_stop}, {"active", timer_active}, {NULL, NULL}};
-  static const luaL_Reg meta[] = {{"__gc", timer_stop}, {NULL, NULL}};
+  static const luaL_Reg meta[] = {
+    {"__gc", timer_stop}, {"__close", timer_stop}, {"__tostring", timer_tostring}, {NULL, NULL}};
   host_class(L, TIMER_MT, methods, meta);
   lua_pushcfunction(L, core_timer);
   lua_setfield(L, -2, "timer");

@@ -79,96 +79,57 @@ int write_anchored(lua_State *L, uv_stream_t *stream, int idx, size_t *pending,
 }
 
 /*
-** The pieces at stack indexes first..last (strings, or integers written
-** in decimal), written as one: a request line is sent from its constant
-** parts and its id with one write and no Lua string of the whole line
-** (making that string, and the id's text through snprintf, cost more than
-** the write). What the pipe does not take at once is queued as one string.
+** Buffers written as one: a request line goes out from its parts (its
+** constant text, its id's digits, its params) with one write and no Lua
+** string of the whole line (making that string cost more than the write).
+** What the pipe does not take at once is queued as one string.
 */
-#define MAX_PIECES 16
 
-typedef struct pieces {
-  uv_buf_t bufs[MAX_PIECES];
-  char digits[MAX_PIECES][24];
-  unsigned n;
-  size_t total;
-} pieces;
-
-/* The decimal digits of v at the end of buf (24 bytes); returns their start. */
-static char *format_integer(lua_Integer v, char *buf) {
-  char *p = buf + 24;
-  /* negate as unsigned: no overflow for the most negative value */
-  unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
-  do *--p = (char)('0' + u % 10); while ((u /= 10) != 0);
-  if (v < 0) *--p = '-';
-  return p;
-}
-
-static void gather(lua_State *L, int first, int last, pieces *ps) {
-  luaL_argcheck(L, last - first + 1 <= MAX_PIECES, first + MAX_PIECES, "too many pieces");
-  ps->n = 0;
-  ps->total = 0;
-  for (int i = first; i <= last; i++) {
-    size_t len;
-    const char *s;
-    if (lua_isinteger(L, i)) {
-      char *digits = ps->digits[ps->n];
-      s = format_integer(lua_tointeger(L, i), digits);
-      len = (size_t)(digits + 24 - s);
-    } else {
-      s = luaL_checklstring(L, i, &len);
-    }
-    ps->bufs[ps->n++] = uv_buf_init((char *)s, (unsigned)len);
-    ps->total += len;
-  }
-}
-
-/* Pushes the bytes of ps from offset skip on as one Lua string. */
-static void push_rest(lua_State *L, const pieces *ps, size_t skip) {
+/* Pushes the bytes of bufs from offset skip on as one Lua string. */
+static void push_rest(lua_State *L, const uv_buf_t *bufs, unsigned n, size_t skip) {
   luaL_Buffer b;
   luaL_buffinit(L, &b);
-  for (unsigned i = 0; i < ps->n; i++) {
-    size_t len = ps->bufs[i].len;
+  for (unsigned i = 0; i < n; i++) {
+    size_t len = bufs[i].len;
     if (skip >= len) {
       skip -= len;
       continue;
     }
-    luaL_addlstring(&b, ps->bufs[i].base + skip, len - skip);
+    luaL_addlstring(&b, bufs[i].base + skip, len - skip);
     skip = 0;
   }
   luaL_pushresult(&b);
 }
 
 /*
-** A small line is joined in a static buffer and written with write(2): the
-** kernel's writev walks and copies each iovec, which for a request line of
-** five pieces cost more than joining them here.
+** A small line is joined in a buffer of the host and written with write(2):
+** the kernel's writev walks and copies each iovec, which for a request line
+** of a few pieces cost more than joining them here.
 */
-static char joined[16 * 1024];
-
-static int try_write_pieces(uv_stream_t *stream, const pieces *ps) {
-  if (ps->total > sizeof joined) return uv_try_write(stream, ps->bufs, ps->n);
+static int try_write_bufs(uv_stream_t *stream, const uv_buf_t *bufs, unsigned n, size_t total) {
+  char *joined = host_get()->write_joined;
+  if (total > sizeof host_get()->write_joined) return uv_try_write(stream, bufs, n);
   size_t at = 0;
-  for (unsigned i = 0; i < ps->n; i++) {
-    memcpy(joined + at, ps->bufs[i].base, ps->bufs[i].len);
-    at += ps->bufs[i].len;
+  for (unsigned i = 0; i < n; i++) {
+    memcpy(joined + at, bufs[i].base, bufs[i].len);
+    at += bufs[i].len;
   }
   uv_buf_t one = uv_buf_init(joined, (unsigned)at);
   return uv_try_write(stream, &one, 1);
 }
 
-int write_pieces(lua_State *L, uv_stream_t *stream, int first, int last, size_t *pending,
-                 void *owner, write_done_fn done) {
-  pieces ps;
-  gather(L, first, last, &ps);
-  if (ps.total == 0) return 0;
-  int n = try_write_pieces(stream, &ps);
-  size_t written = n > 0 ? (size_t)n : 0;
-  if (written == ps.total) return 0;
-  push_rest(L, &ps, written);
+int write_bufs(lua_State *L, uv_stream_t *stream, const uv_buf_t *bufs, unsigned n, size_t *pending,
+               void *owner, write_done_fn done) {
+  size_t total = 0;
+  for (unsigned i = 0; i < n; i++) total += bufs[i].len;
+  if (total == 0) return 0;
+  int rc = try_write_bufs(stream, bufs, n, total);
+  size_t written = rc > 0 ? (size_t)rc : 0;
+  if (written == total) return 0;
+  push_rest(L, bufs, n, written);
   size_t len;
   const char *rest = lua_tolstring(L, -1, &len);
-  int rc = write_queued(L, stream, lua_gettop(L), rest, len, pending, owner, done);
+  rc = write_queued(L, stream, lua_gettop(L), rest, len, pending, owner, done);
   lua_pop(L, 1);
   return rc;
 }

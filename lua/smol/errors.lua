@@ -1,9 +1,9 @@
 --[[
 smol.errors: the one structured error value raised by the sandbox client.
 
-A provider error, a failed file operation or a protocol failure raises a
-table {code, message, op, path} whose __tostring reads like the original
-engine's anyhow context chain (naming path by the optional field `label`
+A provider error, a failed file operation (in a sandbox or on this
+machine: smol.fs) or a protocol failure raises a table {code, message, op,
+path} whose __tostring reads like the original engine's anyhow context chain (naming path by the optional field `label`
 when one is set: a short name for a long path):
 
   failed to read sandbox file `dir/a.bin`: not_found: no such file
@@ -40,6 +40,14 @@ local CONTEXT = {
   close = "failed to close sandbox session",
   shutdown = "failed to shut down provider `%s`",
   start = "failed to start provider `%s`",
+  -- this machine's own files (smol.fs, artifacts)
+  ["fs.read"] = "cannot read `%s`",
+  ["fs.write"] = "cannot write `%s`",
+  ["fs.mkdir"] = "cannot create directory `%s`",
+  ["fs.remove"] = "cannot remove `%s`",
+  ["fs.temp_dir"] = "cannot create temp directory `%s`",
+  chmod = "cannot set the mode of `%s`",
+  save_artifact = "save_artifact(\"%s\") failed",
 }
 
 -- The "failed to ..." prefix for an error, or nil when its op has none.

@@ -1,10 +1,12 @@
 -- smol.fs: helpers for this machine's own file system (not a sandbox's):
 -- whole-file reads and writes, mkdir -p, rm -r and temp directories, for
 -- the workflow engine, the testing kit, the conformance kit and the specs.
--- A failure raises a message naming the path:
---   cannot write `/tmp/x/report.json`: No such file or directory
+-- A failure raises a smol.errors value (code from the errno: not_found,
+-- permission_denied, ...; op "fs.write" etc.) that reads as
+--   cannot write `/tmp/x/report.json`: not_found: No such file or directory
 local lfs = require "lfs"   -- lua-filesystem, a dependency of busted
 local core = require "smol.core"
+local errors = require "smol.errors"
 
 local fs = {}
 
@@ -17,37 +19,49 @@ local function reason_of(path, message)
   return message
 end
 
-local function fail(what, path, message)
-  error(("cannot %s `%s`: %s"):format(what, path, reason_of(path, message)), 0)
+-- errno: io.open's or lfs's third result, a number (or nil).
+local function error_of(op, path, message, errno)
+  return errors.new{code = core.error_code(errno), op = op, path = path,
+    message = reason_of(path, message)}
+end
+
+local function fail(op, path, message, errno)
+  error(error_of(op, path, message, errno), 0)
+end
+
+-- The content, or nil and the error value.
+local function read_all(path)
+  local f, err, errno = io.open(path, "rb")
+  if not f then return nil, error_of("fs.read", path, err, errno) end
+  -- io.open succeeds on a directory; the read is what fails.
+  local content, read_err, read_errno = f:read("a")
+  f:close()
+  if not content then return nil, error_of("fs.read", path, read_err, read_errno) end
+  return content
 end
 
 --- The whole content of the file at path, or nil and a message when it
--- cannot be read (missing, a directory, a /proc entry that vanished): for
--- callers to whom a missing file is an answer, not an error.
+-- cannot be read, and the error value as a third result.
 function fs.try_read_file(path)
-  local f, err = io.open(path, "rb")
-  if not f then return nil, ("cannot read `%s`: %s"):format(path, reason_of(path, err)) end
-  -- io.open succeeds on a directory; the read is what fails.
-  local content, read_err = f:read("a")
-  f:close()
-  if not content then return nil, ("cannot read `%s`: %s"):format(path, reason_of(path, read_err)) end
+  local content, err = read_all(path)
+  if not content then return nil, tostring(err), err end
   return content
 end
 
 --- The whole content of the file at path; raises when it cannot be read.
 function fs.read_file(path)
-  local content, err = fs.try_read_file(path)
+  local content, err = read_all(path)
   if not content then error(err, 0) end
   return content
 end
 
 --- Writes data as the whole content of the file at path (replacing it).
 function fs.write_file(path, data)
-  local f, err = io.open(path, "wb")
-  if not f then fail("write", path, err) end
-  local written, write_err = f:write(data)
-  local closed, close_err = f:close()
-  if not written or not closed then fail("write", path, write_err or close_err) end
+  local f, err, errno = io.open(path, "wb")
+  if not f then fail("fs.write", path, err, errno) end
+  local written, write_err, write_errno = f:write(data)
+  local closed, close_err, close_errno = f:close()
+  if not written or not closed then fail("fs.write", path, write_err or close_err, write_errno or close_errno) end
 end
 
 --- mkdir -p: makes path and its missing parents. Returns the directories
@@ -58,10 +72,10 @@ function fs.mkdir_p(path)
   for part in path:gmatch("[^/]+") do
     prefix = prefix .. part
     if lfs.attributes(prefix, "mode") ~= "directory" then
-      local ok, err = lfs.mkdir(prefix)
+      local ok, err, errno = lfs.mkdir(prefix)
       if ok then created[#created + 1] = prefix
       -- Another writer may have made it meanwhile; only a missing directory fails.
-      elseif lfs.attributes(prefix, "mode") ~= "directory" then fail("create directory", prefix, err) end
+      elseif lfs.attributes(prefix, "mode") ~= "directory" then fail("fs.mkdir", prefix, err, errno) end
     end
     prefix = prefix .. "/"
   end
@@ -77,11 +91,11 @@ function fs.remove_tree(path)
     for name in lfs.dir(path) do
       if name ~= "." and name ~= ".." then fs.remove_tree(path .. "/" .. name) end
     end
-    local ok, err = lfs.rmdir(path)
-    if not ok then fail("remove", path, err) end
+    local ok, err, errno = lfs.rmdir(path)
+    if not ok then fail("fs.remove", path, err, errno) end
   elseif mode then
-    local ok, err = os.remove(path)
-    if not ok then fail("remove", path, err) end
+    local ok, err, errno = os.remove(path)
+    if not ok then fail("fs.remove", path, err, errno) end
   end
   return true
 end
@@ -90,8 +104,11 @@ end
 -- The caller removes it (fs.remove_tree).
 function fs.temp_dir(name)
   local template = (os.getenv("TMPDIR") or "/tmp") .. "/" .. name .. "-XXXXXX"
-  local dir, err = core.mkdtemp(template)
-  if not dir then fail("create temp directory", template, err) end
+  local dir, err, errname = core.mkdtemp(template)
+  if not dir then
+    errors.raise{code = core.error_code(errname), op = "fs.temp_dir", path = template,
+      message = reason_of(template, err)}
+  end
   return dir
 end
 

@@ -3,13 +3,19 @@ smol.sandbox: sandbox sessions served by provider programs.
 
   local sb = sandbox.open{program =, profile =, workspace =, cwd =, group =,
                           open_timeout =, max_line_bytes =, max_depth =}
+      program: a path or name, or an argv list ({"ssh", "box", "smolwf-provider"}),
+      started with "serve" appended
   sb:exec{argv..., cwd =, env =, stdin =, timeout =, idle_timeout =,
           capture =, max_output_bytes =, on_stdout =, on_stderr =, on_event =}
   sb:spawn{...} -> process (p:wait(), p:kill(), p:write(), p:close_stdin())
   sb:write_file / read_file / create_dir_all / remove / create_temp_dir
+      read_file(path) returns the bytes; read_file(path, {offset =, length =})
+      returns the bytes and whether they reach the end of the file
   sb:stat / list_dir            (sessions announcing "fs_extra")
+  sb:connection()               the provider connection (pid, program, alive())
+  sb:is_closed()
   sb:close()                    (also __close and __gc)
-  sandbox.host{cwd = "."}       the same methods on this machine (smol.localhost)
+  sandbox.host{cwd = "."}       a session on this machine (smol.host_provider)
 
 One provider process per program serves every session opened with it (the
 pool below); one that exited or broke the protocol is replaced at the next
@@ -19,7 +25,8 @@ status is data in the result: {ok, exit_code, signal, timed_out, stdout,
 stderr, stdout_truncated, stderr_truncated, argv (the command, a list),
 process_id (exec)}. exec's captured output is built from its events where
 the session announces "output_limit" (see capture_chunk); `open` has a
-deadline (sandbox.open_timeout, see give_up_open).
+deadline (sandbox.open_timeout, see give_up_open). What a session without
+an extension does with the options that need it: smol.capabilities.
 ]]
 
 local cjson = require "cjson"
@@ -27,6 +34,7 @@ local core = require "smol.core"
 local task = require "smol.task"
 local errors = require "smol.errors"
 local jsonl = require "smol.jsonl"
+local capabilities = require "smol.capabilities"
 
 local sandbox = {
   max_line_bytes = jsonl.DEFAULT_MAX_LINE,  -- default line cap for new providers
@@ -114,7 +122,7 @@ end
 local function connection_for(program, opts)
   local max_line = opts.max_line_bytes or sandbox.max_line_bytes
   local max_depth = opts.max_depth or sandbox.max_depth
-  local key = ("%s\0%d\0%d"):format(program, max_line, max_depth)
+  local key = ("%s\0\0%d\0%d"):format(jsonl.program_key(program), max_line, max_depth)
   local conn = pool[key]
   if conn and conn:alive() then return conn end
   conn = jsonl.start(program, {max_line_bytes = max_line, max_depth = max_depth,
@@ -128,8 +136,9 @@ end
 -- gets `shutdown` and sandbox.exit_grace seconds to exit, then KILL.
 -- Sessions still open on them are gone afterwards.
 function sandbox.shutdown(program)
+  local wanted = program ~= nil and jsonl.program_key(program)
   for key, conn in pairs(pool) do
-    if program == nil or conn.program == program then
+    if program == nil or jsonl.program_key(conn.program) == wanted then
       pool[key] = nil
       conn:shutdown(sandbox.exit_grace)
     end
@@ -145,8 +154,9 @@ end
 
 -- The pooled connection of program, or nil (for tests and tools).
 function sandbox.connection(program)
+  local wanted = jsonl.program_key(program)
   for _, conn in pairs(pool) do
-    if conn.program == program and conn:alive() then return conn end
+    if jsonl.program_key(conn.program) == wanted and conn:alive() then return conn end
   end
 end
 
@@ -169,7 +179,8 @@ end
 
 local function check_open_opts(opts)
   if type(opts) ~= "table" then error("sandbox.open: expected a table of options", 3) end
-  for _, k in ipairs{"program", "workspace", "cwd", "group"} do
+  if opts.program ~= nil then jsonl.argv(opts.program, 4) end
+  for _, k in ipairs{"workspace", "cwd", "group"} do
     if opts[k] ~= nil and type(opts[k]) ~= "string" then
       error(("sandbox.open: option %s must be a string"):format(k), 3)
     end
@@ -199,6 +210,7 @@ local function new_session(conn, session, program)
   local caps = type(session.capabilities) == "table" and session.capabilities or {}
   local sb = setmetatable({
     id = session.id, cwd = str(session.cwd), capabilities = caps, program = program,
+    program_label = conn.label,
     session = session, _conn = conn, _session_json = codec.encode(session), _closed = false,
     _exec_tail = exec_tail(caps),
   }, Session)
@@ -208,7 +220,7 @@ end
 
 -- True when some open session, or a request other than ours, uses conn.
 local function in_use(conn)
-  if next(conn.pending) ~= nil then return true end
+  if conn:in_use() then return true end
   for sb in pairs(open_sessions) do
     if sb._conn == conn then return true end
   end
@@ -260,8 +272,26 @@ function sandbox.open(opts)
   return new_session(conn, session, program)
 end
 
+--[[
+sandbox.host{cwd = "."}: a session on this machine, with no isolation,
+served by smol.host_provider (see there for what "the host" means) like
+any other provider: the same checks, results and errors as a sandbox.
+The provider is started once, as `smolwf provider FILE serve`, and pooled.
+]]
+local host_program
+
 function sandbox.host(opts)
-  return require("smol.localhost").new(opts)
+  opts = opts or {}
+  if type(opts) ~= "table" then error("sandbox.host: expected a table of options", 2) end
+  local cwd = opts.cwd or "."
+  if type(cwd) ~= "string" then error("sandbox.host: cwd must be a string", 2) end
+  if not host_program then
+    local file = package.searchpath("smol.host_provider", package.path)
+    if not file then error("sandbox.host: cannot find the module smol.host_provider", 2) end
+    if file:sub(1, 1) ~= "/" then file = require("lfs").currentdir() .. "/" .. file end
+    host_program = {core.exe_path(), "provider", file}
+  end
+  return sandbox.open{program = host_program, profile = "host/default", workspace = cwd}
 end
 
 --[[ Session plumbing ]]
@@ -309,10 +339,20 @@ function Session:call(method, fields, opts)
 end
 
 function Session:require_capability(cap, op, path)
-  if self.capabilities[cap] then return end
-  errors.raise{code = "unsupported", op = op, path = path,
-    message = ("session %s of provider `%s` does not announce the %q capability")
-      :format(self.id, self.program, cap)}
+  capabilities.require(self, cap, op, path)
+end
+
+-- True once the session is closed (by close, __close, __gc or its provider's end).
+function Session:is_closed()
+  if getmetatable(self) ~= Session then error("sandbox: is_closed: expected a session", 2) end
+  return self._closed == true
+end
+
+-- The provider connection serving this session (smol.jsonl: pid, program,
+-- alive(), kill(signal)); for tests and tools.
+function Session:connection()
+  check_open(self, "connection")
+  return self._conn
 end
 
 --[[ File operations ]]
@@ -323,9 +363,17 @@ local function check_path(path, op)
   end
 end
 
+-- An options argument: nil or a table; misuse raises at the method's caller.
+local function check_opts(opts, n, op)
+  if opts ~= nil and type(opts) ~= "table" then
+    error(("bad argument #%d to '%s' (table of options expected, got %s)"):format(n, op, type(opts)), 3)
+  end
+end
+
 function Session:write_file(path, data, opts)
   check_open(self, "write_file") check_path(path, "write_file")
   if type(data) ~= "string" then error("sandbox: write_file: data must be a string", 2) end
+  check_opts(opts, 3, "write_file")
   local fields = {path = path}
   if opts and (opts.append ~= nil or opts.mode ~= nil) then
     self:require_capability("fs_extra", "write_file", path)
@@ -334,18 +382,22 @@ function Session:write_file(path, data, opts)
   self:call("write_file", fields, {path = path, raw = {"content_base64", core.b64encode(data)}})
 end
 
--- Returns the bytes; with opts.offset/length (fs_extra) also whether they reach the end.
+-- Returns the bytes (one value, as Lua's readers do); with opts.offset or
+-- opts.length (fs_extra), also whether they reach the end of the file.
 function Session:read_file(path, opts)
   check_open(self, "read_file") check_path(path, "read_file")
+  check_opts(opts, 2, "read_file")
   local fields = {path = path}
-  if opts and (opts.offset or opts.length) then
+  local ranged = opts ~= nil and (opts.offset ~= nil or opts.length ~= nil)
+  if ranged then
     self:require_capability("fs_extra", "read_file", path)
     fields.offset, fields.length = opts.offset, opts.length
   end
   local r = self:call("read_file", fields, {path = path})
   local ok, bytes = pcall(decode_b64, r.content_base64, "read_file returned invalid base64 content")
   if not ok then error(errors.with_context(bytes, "read_file", path), 0) end
-  return bytes, r.eof == true
+  if ranged then return bytes, r.eof == true end
+  return bytes
 end
 
 function Session:create_dir_all(path)
@@ -424,13 +476,16 @@ local function on_process_event(ev, req)
     protocol_error(("unknown sandbox exec event type `%s`"):format(tostring(kind)))
   end
   if kind == "stdout" or kind == "stderr" then
-    -- long payloads come decoded already (see smol.jsonl's decode_split);
-    -- the private key goes, so on_event sees a plain event table
-    ev.data = ev[jsonl.PAYLOAD] or decode_b64(ev.data_base64, "sandbox exec event contained invalid base64 data")
-    ev[jsonl.PAYLOAD] = nil
-    if req.capture == "events" then capture_chunk(req, kind, ev.data) end
+    -- the connection decodes valid payloads (see host/smolwf/conn.h)
+    local data = ev.data
+    if type(data) ~= "string" then
+      data = decode_b64(ev.data_base64, "sandbox exec event contained invalid base64 data")
+      ev.data = data
+    end
+    if req.capture == "events" then capture_chunk(req, kind, data) end
   elseif kind == "started" then
     req.process_id = str(ev.process_id)
+    if req.timed_out then req.session:kill_timed_out(req) end
   end
   local spec = req.spec
   if spec.on_event then spec.on_event(ev) end
@@ -462,9 +517,12 @@ local function build_result(r, req, argv, op, path)
     local ok
     ok, stdout, stderr, stdout_truncated, stderr_truncated = pcall(copied_output, r)
     if not ok then error(errors.with_context(stdout, op, path), 0) end
+    local cap = req.spec.max_output_bytes or sandbox.max_output_bytes
+    if #stdout > cap then stdout, stdout_truncated = stdout:sub(1, cap), true end
+    if #stderr > cap then stderr, stderr_truncated = stderr:sub(1, cap), true end
   end -- "none": nothing was kept on purpose (a cap of 0's "truncated" says nothing)
   local exit_code = tointeger(r.exit_code) or -1
-  local signal, timed_out, running = r.signal, r.timed_out, r.running == true or nil
+  local signal, timed_out, running = r.signal, r.timed_out or req.timed_out, r.running == true or nil
   if signal ~= nil and type(signal) ~= "string" then signal = nil end
   if timed_out ~= nil and type(timed_out) ~= "string" then timed_out = nil end
   local result = {
@@ -485,20 +543,23 @@ local function milliseconds(seconds)
 end
 
 --[[
-The argv (a list of its own) and the params (JSON text) of an exec/spawn
-request, extensions only where announced; a bad spec raises an error at
-exec's caller. core.process_params does the checks and the building in C:
-this is every command's hot path (see host/smolwf/command.c).
+A deadline the session cannot keep itself (no "timeout" capability, see
+smol.capabilities): when it passes, the command is killed through the
+session, as soon as its `started` event named it.
 ]]
-local function process_params(self, spec, op)
-  return core.process_params(spec, op, self._session_json, self.capabilities.timeout,
-    op == "exec" and self._exec_tail or "}")
+function Session:kill_timed_out(req)
+  if req.killed or not req.process_id or not self._conn:alive() then return end
+  req.killed = true
+  pcall(self._conn.notify, self._conn, "kill",
+    self:params_json({process_id = req.process_id, signal = "KILL"}))
 end
 
--- How exec keeps its output (see capture_chunk): "none", "events" or "result".
-local function exec_capture(self, spec)
-  if spec.capture == false then return "none" end
-  return self.capabilities.output_limit and "events" or "result"
+local function arm_client_timeout(self, req, seconds)
+  req.session = self
+  return core.timer(seconds, function()
+    req.timed_out = "wall"
+    self:kill_timed_out(req)
+  end)
 end
 
 -- After a failed process request: a cancelled waiter kills what it started.
@@ -510,30 +571,63 @@ function Session:kill_on_cancel(err, req)
   end
 end
 
+--[[
+A request whose caller wants no events (no on_stdout, on_stderr,
+on_event) is quiet: the connection keeps its events to itself and its
+output in core.capture values (capture "events"), so only the result
+line reaches Lua. req then also serves as try_request's opts.
+]]
+local function quiet(spec, capture)
+  if spec.on_stdout or spec.on_stderr or spec.on_event then return nil end
+  if capture ~= "events" then return true end
+  local cap = spec.max_output_bytes or sandbox.max_output_bytes
+  return tointeger(cap) or math.maxinteger
+end
+
 -- Sends a process request (params: JSON text); returns its result table.
-local function process_request(self, method, params, req, op, path)
-  local ok, r = self._conn:try_request(method, params, on_process_event, req)
+-- seconds: a deadline the client enforces (see kill_timed_out), or nil.
+local function process_request(self, method, params, req, op, path, seconds)
+  local timer = seconds and arm_client_timeout(self, req, seconds)
+  local ok, r, out, err, pid = self._conn:try_request(method, params, on_process_event, req, req)
+  if timer then timer:stop() end
   if not ok then
+    if out then req.process_id = out end
     self:kill_on_cancel(r, req)
     error(errors.with_context(r, op, path), 0)
+  end
+  if req.quiet then   -- (new fields only when there is something: each would grow req)
+    if out then req.stdout = out end
+    if err then req.stderr = err end
+    if pid then req.process_id = pid end
   end
   if type(r) ~= "table" then check_object(r, method, op, path) end
   return r
 end
 
+--[[
+exec and spawn: core.process_params checks the spec and builds the params
+in C (every command's hot path, see host/smolwf/command.c); it is called
+from the method itself so that a bad spec is reported at the method's
+caller. Extensions go out only where announced (smol.capabilities).
+]]
 function Session:exec(spec)
   check_open(self, "exec")
-  local argv, params = process_params(self, spec, "exec")
+  local caps = self.capabilities
+  local argv, params = core.process_params(spec, "exec", self._session_json, caps.timeout, self._exec_tail)
+  local seconds = (spec.timeout or spec.idle_timeout) and capabilities.client_deadline(self, spec, "exec", argv[1])
+  local capture = spec.capture == false and "none" or caps.output_limit and "events" or "result"
   -- process_id false, not absent: the `started` event then sets a field the
   -- table has room for (a new key would make Lua grow the table)
-  local req = {spec = spec, capture = exec_capture(self, spec), process_id = false}
-  local r = process_request(self, "exec", params, req, "exec", argv[1])
+  local req = {spec = spec, capture = capture, process_id = false,
+    quiet = not seconds and quiet(spec, capture) or nil}
+  local r = process_request(self, "exec", params, req, "exec", argv[1], seconds)
   return build_result(r, req, argv, "exec", argv[1])
 end
 
 function Session:spawn(spec)
   check_open(self, "spawn")
-  local argv, params = process_params(self, spec, "spawn")
+  local argv, params = core.process_params(spec, "spawn", self._session_json, self.capabilities.timeout, "}")
+  if spec.timeout or spec.idle_timeout then capabilities.client_deadline(self, spec, "spawn", argv[1]) end
   local req = {spec = spec, capture = "result", process_id = false}
   local r = process_request(self, "spawn", params, req, "spawn", argv[1])
   if type(r.process_id) ~= "string" then

@@ -9,8 +9,10 @@ usage: smolwf provider serve FILE.lua [ARGS...]
 
 Serves the sandbox provider protocol (JSON Lines on stdin/stdout) with the
 methods that FILE.lua returns. ARGS are passed to FILE.lua as `...`.
-A host starts providers as `PROGRAM serve`: wrap this command in a small
-script to use it as sandbox.open{program = ...}.
+A host starts a provider as `PROGRAM serve`, so `smolwf provider FILE.lua
+[ARGS...] serve` does the same: that is how
+sandbox.open{program = {"smolwf", "provider", "FILE.lua", ARGS...}} serves
+FILE.lua (provider_server.program(FILE, ARGS...) makes that list).
 
 options:
   --help            this text
@@ -66,6 +68,8 @@ function M.main(args)
   if sub == "serve" then return serve(table.pack(table.unpack(args, 2))) end
   if sub == nil then return usage_error("missing subcommand", true) end
   if sub:sub(1, 1) == "-" then return usage_error(("unknown option '%s'"):format(sub)) end
+  -- `FILE.lua [ARGS...] serve`: how a host starts {"smolwf", "provider", FILE, ARGS...}
+  if #args >= 2 and args[#args] == "serve" then return serve(table.pack(table.unpack(args, 1, #args - 1))) end
   return usage_error(("unknown subcommand '%s'"):format(sub), true)
 end
 

@@ -58,8 +58,9 @@ end
 
 local function check_options(opts)
   if type(opts) ~= "table" then error("conformance.run: options table expected", 3) end
-  if type(opts.program) ~= "string" or opts.program == "" then
-    error("conformance.run: `program` must be a non-empty string", 3)
+  local program = opts.program
+  if not ((type(program) == "string" and program ~= "") or (type(program) == "table" and program[1])) then
+    error("conformance.run: `program` must be a path or an argv list", 3)
   end
   local provider, name = (opts.profile or "auto/default"):match("^([^/]+)/([^/]+)$")
   if not provider then
@@ -75,7 +76,8 @@ local function check_options(opts)
 end
 
 local function provider_argv(opts)
-  local argv = {opts.program}
+  local program = opts.program
+  local argv = type(program) == "table" and table.move(program, 1, #program, 1, {}) or {program}
   for _, a in ipairs(opts.args or {}) do argv[#argv + 1] = a end
   argv[#argv + 1] = "serve"
   return argv

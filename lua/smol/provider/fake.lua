@@ -72,7 +72,6 @@ Fake.__index = Fake
 function Fake:cleanup()
   if self.removed then return end
   self.removed = true
-  require("smol.provider.server").remove_programs(self.program)
   os.remove(self.script)
   os.remove(self.dir)
 end

@@ -333,50 +333,18 @@ function M.serve(methods, opts)
   return server
 end
 
---[[ A program path for sandbox.open{program = ...} ]]
+--[[ A program for sandbox.open{program = ...} ]]
 
-local wrappers = {}
-local wrapper_hook = false
-
-local function shell_quote(s)
-  return "'" .. s:gsub("'", [['\'']]) .. "'"
-end
-
-local function write_executable(path, content)
-  fs.write_file(path, content)
-  if not os.execute("chmod 755 " .. shell_quote(path)) then
-    error("cannot make " .. path .. " executable", 0)
-  end
-end
-
---- Removes the wrapper made by M.program (all of them without an
--- argument; also done at exit).
-function M.remove_programs(path)
-  for i = #wrappers, 1, -1 do
-    if path == nil or wrappers[i].path == path then
-      os.remove(wrappers[i].path)
-      os.remove(wrappers[i].dir)
-      table.remove(wrappers, i)
-    end
-  end
-end
-
---- Returns the path of a small executable that runs
--- `smolwf provider serve FILE ARGS...` (a host starts providers as
--- `PROGRAM serve`, so a Lua provider needs such a wrapper to be a PROGRAM).
--- The wrapper lives in a temp directory removed at exit.
+--- The argv of a provider program that serves FILE.lua with ARGS as `...`:
+-- {smolwf, "provider", FILE, ARGS...}. A host starts it with "serve"
+-- appended, as every provider (`smolwf provider FILE ARGS... serve`).
 function M.program(file, ...)
-  local words = {shell_quote(core.exe_path()), "provider", "serve", shell_quote(file)}
-  for _, a in ipairs({...}) do words[#words + 1] = shell_quote(tostring(a)) end
-  local dir = fs.temp_dir("smolwf-provider")
-  local path = dir .. "/provider"
-  write_executable(path, "#!/bin/sh\n# `serve` (our $1) is implied\nexec " .. table.concat(words, " ") .. "\n")
-  wrappers[#wrappers + 1] = {dir = dir, path = path}
-  if not wrapper_hook and task.at_exit then
-    wrapper_hook = true
-    task.at_exit(M.remove_programs)
+  if type(file) ~= "string" then
+    error("bad argument #1 to 'program' (a Lua provider file expected, got " .. type(file) .. ")", 2)
   end
-  return path
+  local argv = {core.exe_path(), "provider", file}
+  for _, a in ipairs({...}) do argv[#argv + 1] = tostring(a) end
+  return argv
 end
 
 return M

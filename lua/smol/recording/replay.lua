@@ -124,21 +124,11 @@ function M.mismatch_message(rec, method, params)
       {method = method, params = params}, rec.ignore))
 end
 
--- This process's pid (the replay provider's: its wrapper execs smolwf).
-local function own_pid()
-  local f = assert(io.open("/proc/self/stat"))
-  local pid = f:read("l"):match("^(%d+)")
-  f:close()
-  return pid
-end
-
 -- Ends the replay provider as the recorded one ended, once the replies
 -- written so far have left: killed by the same signal, or with its status.
 local function crash(how)
   require("smol.provider.server").flush()
-  if how.signal and tostring(how.signal):match("^%u+$") then
-    os.execute(("kill -s %s %s"):format(how.signal, own_pid()))
-  end
+  if how.signal then pcall(require("smol.core").raise, how.signal) end   -- an unknown name: the status
   os.exit(how.status or 1, false)
 end
 
@@ -180,15 +170,17 @@ local function absolute(path)
   return lfs.currentdir() .. "/" .. path
 end
 
---- A provider program (for sandbox.open{program = ...}) that replays `path`.
+--- A provider program (for sandbox.open{program = ...}) that replays
+-- `path`: an argv list, so nothing is written to disk and no PATH lookup
+-- or shell is needed.
 function M.program(path, opts)
   local file = package.searchpath("smol.recording.replay_provider", package.path)
   if not file then error("replay: cannot find the module smol.recording.replay_provider", 2) end
   opts = opts or {}
   local args = {absolute(path)}
   for _, field in ipairs(opts.ignore or {}) do args[#args + 1] = "--ignore=" .. field end
-  if opts.program then args[#args + 1] = "--program=" .. opts.program end
-  return require("smol.provider.server").program(file, table.unpack(args))
+  if opts.program then args[#args + 1] = "--program=" .. require("smol.jsonl").program_name(opts.program) end
+  return require("smol.provider.server").program(absolute(file), table.unpack(args))
 end
 
 --- Makes every provider this process starts (sandbox.open with any
@@ -201,16 +193,10 @@ function M.install(path, opts)
   M.load(path, opts)   -- a clear error now rather than in the provider
   if package.loaded["smol.sandbox"] then package.loaded["smol.sandbox"].shutdown() end
   local jsonl = require "smol.jsonl"
-  local original, programs = jsonl.start, {}
-  jsonl.start = function(program, start_opts)
-    programs[program] = programs[program] or M.program(path, {ignore = opts.ignore, program = program})
-    return original(programs[program], start_opts)
-  end
-  return {uninstall = function()
-    jsonl.start = original
-    local server = require "smol.provider.server"
-    for _, program in pairs(programs) do server.remove_programs(program) end
-  end}
+  jsonl.substitute(function(program)
+    return M.program(path, {ignore = opts.ignore, program = program})
+  end)
+  return {uninstall = function() jsonl.substitute(nil) end}
 end
 
 return M

@@ -1,6 +1,6 @@
 -- The replay provider, as a Lua provider file:
 --   smolwf provider serve lua/smol/recording/replay_provider.lua RECORDING [--ignore=FIELD]... [--program=P]
--- (replay.program(RECORDING) makes the wrapper that sandbox.open needs).
+-- (replay.program(RECORDING) is the argv of that for sandbox.open).
 -- --program=P prefers the exchanges recorded with provider program P.
 local replay = require "smol.recording.replay"
 

@@ -28,13 +28,10 @@ function M.tail(text, n)
   return table.concat(out, "\n")
 end
 
-local function shell_quote(word)
-  if word:match("^[%w%./_:=@%%+,-]+$") then return word end
-  return "'" .. word:gsub("'", [['\'']]) .. "'"
-end
+local shell_quote = require("smol.shell").quote
 
---- The command of an exec or wait result (`r.argv`, which smol.sandbox and
---- smol.localhost put there) as a shell-like line; a placeholder for a
+--- The command of an exec or wait result (`r.argv`, which smol.sandbox
+--- puts there) as a shell-like line; a placeholder for a
 --- result made some other way.
 function M.command_of(r)
   local argv = r.argv

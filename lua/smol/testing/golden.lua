@@ -20,9 +20,7 @@ local function check_name(name)
   end
 end
 
-local function shell_quote(s)
-  return "'" .. s:gsub("'", [['\'']]) .. "'"
-end
+local shell_quote = require("smol.shell").quote
 
 --- A unified diff from `expected_path`'s content to `actual`, made by
 -- diffutils' `diff -u` (always installed on Debian).

@@ -61,7 +61,10 @@ local function save_artifact(S, inst, session, path, name)
   if not ok then
     -- A cancel or a timeout must stay what it is (the runner classifies it).
     if type(err) == "table" and (err.code == "cancelled" or err.code == "timeout") then error(err, 0) end
-    error(("save_artifact(%q) failed: %s"):format(path, tostring(err)), 0)
+    local errors = require "smol.errors"
+    local structured = errors.is(err)
+    errors.raise{code = structured and err.code or "io_error", op = "save_artifact", path = path,
+      message = (structured and not err.op) and err.message or tostring(err)}
   end
   for _, known in ipairs(inst.artifacts) do if known == rel then return dest end end
   inst.artifacts[#inst.artifacts + 1] = rel

@@ -2,16 +2,18 @@
 -- copied out of a sandbox session into it.
 local lfs = require "lfs"
 local fs = require "smol.fs"
+local core = require "smol.core"
+local errors = require "smol.errors"
 
 local M = {}
 
 -- A name safe to use below the report directory: relative, no '..'.
 function M.check_relative(name)
   if name == "" or name:sub(1, 1) == "/" then
-    error(("artifact name '%s' must be a non-empty relative path"):format(name), 0)
+    errors.raise{code = "invalid_request", message = ("artifact name '%s' must be a non-empty relative path"):format(name)}
   end
   for part in name:gmatch("[^/]+") do
-    if part == ".." then error(("artifact name '%s' must not contain '..'"):format(name), 0) end
+    if part == ".." then errors.raise{code = "invalid_request", message = ("artifact name '%s' must not contain '..'"):format(name)} end
   end
   return name
 end
@@ -49,8 +51,8 @@ local function copy_file(session, src, dest)
   if not has_fs_extra(session) then
     return fs.write_file(dest, session:read_file(src))
   end
-  local f, err = io.open(dest, "wb")
-  if not f then error(("cannot write '%s': %s"):format(dest, err), 0) end
+  local f, err, errno = io.open(dest, "wb")
+  if not f then errors.raise{code = core.error_code(errno), op = "fs.write", path = dest, message = err} end
   local ok, copy_err = pcall(function()
     local offset, bytes, eof = 0, nil, false
     repeat
@@ -63,10 +65,6 @@ local function copy_file(session, src, dest)
   if not ok then error(copy_err, 0) end
 end
 
-local function shell_quote(s)
-  return "'" .. s:gsub("'", "'\\''") .. "'"
-end
-
 local function permissions_text(mode)
   local out = {}
   for shift = 8, 0, -1 do
@@ -75,22 +73,16 @@ local function permissions_text(mode)
   return table.concat(out)
 end
 
-local CHMOD_BATCH = 64
-
 -- Gives the copied files their sandbox permission bits (an executable stays
--- executable). Lua has no chmod: one `chmod` per mode and batch of paths.
+-- executable), where they differ from what the copy made.
 local function apply_modes(modes)
-  local by_mode = {}
   for path, mode in pairs(modes) do
     if lfs.attributes(path, "permissions") ~= permissions_text(mode) then
-      by_mode[mode] = by_mode[mode] or {}
-      table.insert(by_mode[mode], shell_quote(path))
-    end
-  end
-  for mode, paths in pairs(by_mode) do
-    for i = 1, #paths, CHMOD_BATCH do
-      local cmd = ("chmod %o -- %s"):format(mode, table.concat(paths, " ", i, math.min(#paths, i + CHMOD_BATCH - 1)))
-      if not os.execute(cmd) then error(("cannot set the mode %o of '%s'"):format(mode, paths[i]), 0) end
+      local ok, message, errname = core.chmod(path, mode)
+      if not ok then
+        errors.raise{code = core.error_code(errname), op = "chmod", path = path,
+          message = ("cannot set the mode %o: %s"):format(mode, message)}
+      end
     end
   end
 end
@@ -113,7 +105,7 @@ end
 -- fails the save, naming the link: silently dropping it would lose data.
 local function copy_link(session, src, dest, state)
   if state.depth >= MAX_LINK_DEPTH then
-    error(("symlink `%s`: too many levels of symbolic links (a loop?)"):format(src), 0)
+    errors.raise{code = "io_error", message = ("symlink `%s`: too many levels of symbolic links (a loop?)"):format(src)}
   end
   local ok, listing = pcall(session.list_dir, session, src)
   state.depth = state.depth + 1
@@ -122,8 +114,8 @@ local function copy_link(session, src, dest, state)
   elseif error_code(listing) == "not_a_directory" then
     copy_file(session, src, dest)
   elseif error_code(listing) == "permission_denied" or error_code(listing) == "not_found" then
-    error(("symlink `%s` points outside the sandbox or to nothing (%s); it cannot be saved")
-      :format(src, error_code(listing)), 0)
+    errors.raise{code = error_code(listing), message = ("symlink `%s` points outside the sandbox or to nothing (%s); it cannot be saved")
+      :format(src, error_code(listing))}
   else
     error(listing, 0)
   end
@@ -141,7 +133,7 @@ function copy_entry(session, src, dest, state)
   elseif info.type == "symlink" then
     copy_link(session, src, dest, state)
   else
-    error(("`%s` is a special file (%s); it cannot be saved"):format(src, tostring(info.type)), 0)
+    errors.raise{code = "unsupported", message = ("`%s` is a special file (%s); it cannot be saved"):format(src, tostring(info.type))}
   end
 end
 
@@ -160,7 +152,7 @@ function M.copy_out(session, src, dest)
     apply_modes(state.modes)
     fs.remove_tree(dest)
     local moved, why = os.rename(staging, dest)
-    if not moved then error(("cannot move the artifact into '%s': %s"):format(dest, tostring(why)), 0) end
+    if not moved then errors.raise{code = "io_error", message = ("cannot move the artifact into '%s': %s"):format(dest, tostring(why))} end
   end)
   if ok then return dest end
   -- Best effort: the copy's own error is the one to report.

@@ -20,7 +20,7 @@ local STEP_FIELDS = {
 }
 -- sandbox.open's options (smol.sandbox): a misspelled one would be ignored.
 local SANDBOX_FIELDS = {
-  program = "string", profile = "profile", workspace = "string", cwd = "string",
+  program = "program", profile = "profile", workspace = "string", cwd = "string",
   group = "string", max_line_bytes = "count", max_depth = "count",
 }
 local RETRY_FIELDS = { attempts = "count", backoff = "nonnegative", when = "function" }
@@ -114,6 +114,8 @@ local CHECKS = {
   retry = function(v) return type(v) == "table" end,
   sandbox = function(v) return type(v) == "table" end,
   profile = function(v) return type(v) == "string" or type(v) == "table" end,
+  -- a path or name, or an argv list (smol.sandbox)
+  program = function(v) return (type(v) == "string" and v ~= "") or (is_list(v) and #v > 0) end,
 }
 
 local function value_ok(kind, v)

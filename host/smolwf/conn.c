@@ -1,0 +1,1047 @@
+/*
+** The provider connection of conn.h: request lines out, reply lines in,
+** one decode path for every line (observed or not), the envelope rules
+** of docs/protocol.md ("Transport") and the reply queues.
+**
+** A reply queue is a Lua table, so smol.task can wait on it (it keeps its
+** waiter list in rq.waiters); everything else in it is this file's:
+** slots RQ_HEAD..RQ_ERR, then the queued (kind, body) pairs from RQ_FIRST.
+** Queues of finished requests are pooled: a request makes no table of
+** its own in the common case.
+**
+** Why all of this in C: it is the hot path of every request. A reply
+** line goes from the read buffer to its queue without a call into Lua,
+** and a quiet process request (exec without callbacks) keeps its events
+** (started, exited, output into core.capture) without making Lua values
+** for them or waking its waiter: only the result line reaches Lua.
+*/
+#define _GNU_SOURCE  /* memmem */
+#include "conn.h"
+
+#include "host.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+#include <lauxlib.h>
+
+#define CONN_MT "smol.conn"
+#define OUTPUT_EVENT_MT "smol.conn.output_event"
+
+/* Lines this long may carry streamed output: their payload is cut out
+** before parsing (see decode_split). */
+#define SPLIT_MIN 4096
+
+enum { RQ_HEAD = 1, RQ_TAIL, RQ_ID, RQ_QUIET, RQ_KEPT, RQ_PID, RQ_OUT, RQ_ERR, RQ_FIRST };
+enum { CONN_RUNNING, CONN_STOPPED, CONN_CLOSED };
+
+typedef struct conn {
+  int state;
+  proc *proc;                      /* the box's process: valid while the box is held */
+  int max_depth;
+  size_t max_line;
+  lua_Integer next_id, npending, nfree;   /* nfree: queues in the pool */
+  int box_ref;                     /* the provider's smol.process */
+  int pending_ref, abandoned_ref;  /* id -> rq; id -> on_late or true */
+  int free_ref;                    /* pooled queues */
+  int infix_ref;                   /* method -> ',"method":"M","params":' */
+  int fault_ref, eof_ref, notify_ref, observe_ref;
+  int exact_ref;                   /* lua-cjson decode, for lines cJSON cannot keep exactly */
+  char *scratch;                   /* a long line without its payload */
+  size_t scratch_cap;
+} conn;
+
+static void unref(int *ref) { host_unref(ref); }
+
+/*
+** The connection at 1 (misuse raises). Methods get the metatable as their
+** upvalue: comparing it is cheaper than luaL_checkudata's lookup by name,
+** and every request calls a few methods.
+*/
+static conn *to_conn(lua_State *L) {
+  conn *c = lua_touserdata(L, 1);
+  if (c == NULL || !lua_getmetatable(L, 1) || !lua_rawequal(L, -1, lua_upvalueindex(1)))
+    luaL_typeerror(L, 1, CONN_MT);
+  lua_pop(L, 1);
+  return c;
+}
+
+static conn *check_conn(lua_State *L) {
+  conn *c = to_conn(L);
+  if (c->state == CONN_CLOSED) luaL_error(L, "attempt to use a closed provider connection");
+  return c;
+}
+
+static proc *conn_proc(lua_State *L, conn *c) {
+  (void)L;
+  return c->state == CONN_CLOSED ? NULL : c->proc;
+}
+
+/*
+** Calls the function below nargs arguments on L's top. On the main state
+** (a loop callback: the line sink, a timer) an error is reported, never
+** raised through libuv; on a task's thread (a method called by Lua, e.g.
+** send's observer) it propagates to the caller, as a Lua call's would.
+*/
+static void call(lua_State *L, int nargs) {
+  if (L == host_get()->L) host_pcall(nargs);
+  else lua_call(L, nargs, 0);
+}
+
+/* {=================== reply queues ===================} */
+
+static lua_Integer rq_int(lua_State *L, int rq, int slot) {
+  lua_rawgeti(L, rq, slot);
+  lua_Integer v = lua_tointeger(L, -1);
+  lua_pop(L, 1);
+  return v;
+}
+
+static void rq_set_int(lua_State *L, int rq, int slot, lua_Integer v) {
+  lua_pushinteger(L, v);
+  lua_rawseti(L, rq, slot);
+}
+
+static void rq_reset(lua_State *L, int rq) {
+  rq_set_int(L, rq, RQ_HEAD, RQ_FIRST);
+  rq_set_int(L, rq, RQ_TAIL, RQ_FIRST - 1);
+  for (int slot = RQ_QUIET; slot <= RQ_ERR; slot++) {
+    lua_pushboolean(L, 0);
+    lua_rawseti(L, rq, slot);
+  }
+}
+
+/* Calls notify(rq) when a task waits on the queue at rq. */
+static void wake(lua_State *L, conn *c, int rq) {
+  if (lua_getfield(L, rq, "waiters") != LUA_TNIL && c->notify_ref != LUA_NOREF) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, c->notify_ref);
+    lua_pushvalue(L, rq);
+    call(L, 1);
+  }
+  lua_pop(L, 1);
+}
+
+/* Appends kind and body (the two values on the top) to the queue at rq; pops them. */
+static void rq_push(lua_State *L, conn *c, int rq) {
+  lua_Integer tail = rq_int(L, rq, RQ_TAIL);
+  lua_rawseti(L, rq, tail + 2);
+  lua_rawseti(L, rq, tail + 1);
+  rq_set_int(L, rq, RQ_TAIL, tail + 2);
+  wake(L, c, rq);
+}
+
+static int core_has_reply(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_pushboolean(L, rq_int(L, 1, RQ_HEAD) <= rq_int(L, 1, RQ_TAIL));
+  return 1;
+}
+
+/* {=================== faults ===================} */
+
+/* Stops the connection and calls on_fault(why), why on the stack top (popped). */
+static void fault(lua_State *L, conn *c) {
+  c->state = CONN_STOPPED;
+  if (c->fault_ref == LUA_NOREF) {
+    lua_pop(L, 1);
+    return;
+  }
+  lua_rawgeti(L, LUA_REGISTRYINDEX, c->fault_ref);
+  lua_insert(L, -2);
+  call(L, 1);
+}
+
+static int push_fault(lua_State *L, const char *fmt, const char *a, const char *b) {
+  lua_pushfstring(L, fmt, a, b);
+  return 0;
+}
+
+/* {=================== decoding ===================} */
+
+/*
+** What a line's envelope says: its id (a cJSON node), its kind and body
+** (kind NULL when it has none of result, error, event).
+*/
+typedef struct envelope {
+  const cJSON *id, *body;
+  const char *kind;
+} envelope;
+
+/* The envelope rules. 0 with the fault's text pushed when they are broken. */
+static int check_envelope(lua_State *L, const cJSON *msg, const char *line, size_t len, envelope *e) {
+  static const char *const kinds[] = {"result", "error", "event"};
+  if (!cJSON_IsObject(msg)) {
+    lua_pushlstring(L, line, len < 80 ? len : 80);
+    lua_pushfstring(L, "sent a line that is not a JSON object: %s", lua_tostring(L, -1));
+    lua_remove(L, -2);
+    return 0;
+  }
+  e->id = cJSON_GetObjectItemCaseSensitive(msg, "id");
+  if (e->id == NULL || cJSON_IsNull(e->id) || cJSON_IsFalse(e->id)) {
+    const cJSON *err = cJSON_GetObjectItemCaseSensitive(msg, "error");
+    const char *code = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(err, "code"));
+    const char *text = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(err, "message"));
+    return push_fault(L, "sent a reply without an id (%s: %s)", code ? code : "nil", text ? text : "nil");
+  }
+  e->kind = NULL;
+  e->body = NULL;
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+    e->body = cJSON_GetObjectItemCaseSensitive(msg, kinds[i]);
+    if (e->body != NULL) {
+      e->kind = kinds[i];
+      break;
+    }
+  }
+  return 1;
+}
+
+/* Only whitespace from p to the end of the line. */
+static int only_space(const char *p, const char *end) {
+  while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')) p++;
+  return p == end;
+}
+
+/* Parses len bytes at text; NULL with the fault pushed when it is not one JSON value. */
+static cJSON *parse(lua_State *L, const char *text, size_t len) {
+  const char *end = NULL;
+  json_arena_reset();
+  cJSON *msg = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+  if (msg != NULL && only_space(end, text + len)) return msg;
+  cJSON_Delete(msg);
+  size_t at = end != NULL && end >= text ? (size_t)(end - text) : 0;
+  lua_pushfstring(L, "sent a line that is not valid JSON (at byte %d of %d)", (int)at + 1, (int)len);
+  return NULL;
+}
+
+/* The type of an event object ("stdout", ...), or NULL. */
+static const char *event_type(const cJSON *ev) {
+  return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ev, "type"));
+}
+
+static int is_output(const char *type) {
+  return type != NULL && (strcmp(type, "stdout") == 0 || strcmp(type, "stderr") == 0);
+}
+
+/* {=================== quiet process requests ===================} */
+
+/* A quiet request kept something (process_id, output): recycle looks only then. */
+static void mark_kept(lua_State *L, int rq) {
+  lua_pushboolean(L, 1);
+  lua_rawseti(L, rq, RQ_KEPT);
+}
+
+/* Appends bytes to the rq's capture for stream slot (RQ_OUT or RQ_ERR), made on first use. */
+static int keep_output(lua_State *L, int rq, int slot, const char *bytes, size_t n) {
+  lua_rawgeti(L, rq, RQ_QUIET);
+  lua_Integer limit = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : -1;
+  lua_pop(L, 1);
+  if (limit < 0) return 1;   /* quiet without keeping: the output is dropped */
+  capture *kept;
+  if (lua_rawgeti(L, rq, slot) == LUA_TUSERDATA) {
+    kept = lua_touserdata(L, -1);
+  } else {
+    lua_pop(L, 1);
+    kept = capture_push(L, (size_t)limit);
+    lua_pushvalue(L, -1);
+    lua_rawseti(L, rq, slot);
+    mark_kept(L, rq);
+  }
+  lua_pop(L, 1);
+  return capture_add(kept, bytes, n);
+}
+
+/*
+** A quiet request's event, handled here when it is one the client would
+** only have looked at (started, exited, dropped, valid output); 0 leaves
+** it to the queue, where the client judges it. bytes: the stack index of
+** the payload already decoded from a long line, or 0.
+*/
+static int absorb(lua_State *L, int rq, const cJSON *ev, int bytes) {
+  const char *type = event_type(ev);
+  if (type == NULL) return 0;
+  if (strcmp(type, "exited") == 0 || strcmp(type, "dropped") == 0) return 1;
+  if (strcmp(type, "started") == 0) {
+    const cJSON *pid = cJSON_GetObjectItemCaseSensitive(ev, "process_id");
+    if (pid != NULL && !cJSON_IsString(pid)) return 0;
+    if (pid != NULL) {
+      lua_pushstring(L, pid->valuestring);
+      lua_rawseti(L, rq, RQ_PID);
+      mark_kept(L, rq);
+    }
+    return 1;
+  }
+  if (!is_output(type)) return 0;
+  int slot = type[3] == 'o' ? RQ_OUT : RQ_ERR;
+  size_t n;
+  if (bytes) {
+    const char *data = lua_tolstring(L, bytes, &n);
+    return keep_output(L, rq, slot, data, n);
+  }
+  const char *text = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ev, "data_base64"));
+  if (text == NULL || !b64_push(L, text, strlen(text))) return 0;
+  const char *data = lua_tolstring(L, -1, &n);
+  int ok = keep_output(L, rq, slot, data, n);
+  lua_pop(L, 1);
+  return ok;
+}
+
+/* {=================== routing ===================} */
+
+/* Pushes the queue of the request with the id at idx, or nil. */
+static void push_pending(lua_State *L, conn *c, int id_idx) {
+  lua_rawgeti(L, LUA_REGISTRYINDEX, c->pending_ref);
+  lua_pushvalue(L, id_idx);
+  lua_rawget(L, -2);
+  lua_remove(L, -2);
+}
+
+/* The id at idx as the line wrote it (near enough for a message): "x" for a string. */
+static const char *id_json(lua_State *L, int idx) {
+  if (lua_type(L, idx) == LUA_TSTRING) return lua_pushfstring(L, "\"%s\"", lua_tostring(L, idx));
+  if (lua_type(L, idx) == LUA_TTABLE) return lua_pushliteral(L, "(an object or array)");
+  return luaL_tolstring(L, idx, NULL);
+}
+
+/*
+** A reply for an id nobody waits for: one given up on (its terminal reply
+** goes to on_late), or a fault. stack: id at id, then (when kind is not
+** NULL) the body at body.
+*/
+static void stray(lua_State *L, conn *c, int id, const char *kind, int body) {
+  lua_rawgeti(L, LUA_REGISTRYINDEX, c->abandoned_ref);
+  int abandoned = lua_gettop(L);
+  lua_pushvalue(L, id);
+  if (lua_rawget(L, abandoned) == LUA_TNIL) {
+    lua_pushfstring(L, "sent a reply for unknown request id %s", id_json(L, id));
+    fault(L, c);
+    return;
+  }
+  if (kind == NULL || strcmp(kind, "event") == 0) return;
+  lua_pushvalue(L, id);
+  lua_pushnil(L);
+  lua_rawset(L, abandoned);
+  if (lua_isfunction(L, -1)) {   /* on_late: must not yield; its error is its own */
+    lua_createtable(L, 0, 1);
+    lua_pushvalue(L, body);
+    lua_setfield(L, -2, kind);
+    if (lua_pcall(L, 1, 0, 0) != LUA_OK) lua_pop(L, 1);
+  }
+}
+
+/* The decoded payload (stack top) becomes the event's `data` (event at ev). */
+static void set_data(lua_State *L, int ev) {
+  lua_setfield(L, ev, "data");
+}
+
+/* A long line's event: data from the cut payload, data_base64 made on demand. */
+static void set_split_data(lua_State *L, int ev, int bytes) {
+  lua_pushvalue(L, bytes);
+  set_data(L, ev);
+  lua_pushnil(L);
+  lua_setfield(L, ev, "data_base64");
+  luaL_setmetatable(L, OUTPUT_EVENT_MT);
+}
+
+/* A short line's output event keeps data_base64 and gets data (when valid). */
+static void add_data(lua_State *L, const cJSON *ev, int ev_idx) {
+  const char *text = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ev, "data_base64"));
+  if (text != NULL && b64_push(L, text, strlen(text))) set_data(L, ev_idx);
+}
+
+/*
+** Routes the parsed message msg. bytes: stack index of the payload cut
+** from a long line, or 0. exact: stack index of lua-cjson's decode of the
+** whole line (for a line with \u0000), or 0. Frees msg before any call
+** into Lua (the arena is shared).
+*/
+static void route(lua_State *L, conn *c, cJSON *msg, const char *line, size_t len, int bytes, int exact) {
+  envelope e;
+  if (!check_envelope(L, msg, line, len, &e)) {
+    cJSON_Delete(msg);
+    fault(L, c);
+    return;
+  }
+  if (!json_push(L, e.id, c->max_depth, 1)) {
+    cJSON_Delete(msg);
+    lua_pushfstring(L, "sent an id nested deeper than %d levels", c->max_depth);
+    fault(L, c);
+    return;
+  }
+  int id = lua_gettop(L);
+  push_pending(L, c, id);
+  int rq = lua_istable(L, -1) ? lua_gettop(L) : 0;
+  int is_event = e.kind != NULL && strcmp(e.kind, "event") == 0;
+  if (rq && is_event) {
+    lua_rawgeti(L, rq, RQ_QUIET);
+    int quiet = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    if (quiet && cJSON_IsObject(e.body) && absorb(L, rq, e.body, bytes)) {
+      cJSON_Delete(msg);
+      return;
+    }
+  }
+  const char *type = is_event ? event_type(e.body) : NULL;
+  int output = is_event && cJSON_IsObject(e.body) && is_output(type);
+  if (e.kind != NULL) {
+    lua_pushstring(L, e.kind);
+    if (exact) {
+      lua_getfield(L, exact, e.kind);
+    } else if (!json_push(L, e.body, c->max_depth, 2)) {
+      cJSON_Delete(msg);
+      lua_pushfstring(L, "sent a line nested deeper than %d levels (too many nested arrays or objects)", c->max_depth);
+      fault(L, c);
+      return;
+    }
+    if (output && lua_istable(L, -1)) {
+      if (bytes) set_split_data(L, lua_gettop(L), bytes);
+      else add_data(L, e.body, lua_gettop(L));
+    }
+  }
+  const char *kind = e.kind;   /* a static string: outlives msg */
+  cJSON_Delete(msg);
+  if (!rq) {
+    stray(L, c, id, kind, id + 3);
+    return;
+  }
+  if (kind == NULL) {
+    lua_pushfstring(L, "sent a reply for request %s with none of event, result, error", id_json(L, id));
+    fault(L, c);
+    return;
+  }
+  if (!is_event) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, c->pending_ref);
+    lua_pushvalue(L, id);
+    lua_pushnil(L);
+    lua_rawset(L, -3);
+    lua_pop(L, 1);
+    c->npending--;
+  }
+  rq_push(L, c, rq);
+}
+
+/* A long line: its data_base64 payload cut out and decoded on its own (see above). */
+static int decode_split(lua_State *L, conn *c, const char *line, size_t len) {
+  static const char key[] = "\"data_base64\":\"";
+  const char *at = memmem(line, len, key, sizeof key - 1);
+  if (at == NULL) return 0;
+  const char *first = at + sizeof key - 1, *end = line + len;
+  const char *close = memchr(first, '"', (size_t)(end - first));
+  if (close == NULL || !b64_push(L, first, (size_t)(close - first))) return 0;
+  int bytes = lua_gettop(L);
+  size_t head = (size_t)(first - line), rest = (size_t)(end - close), n = head + rest;
+  if (n > c->scratch_cap) {
+    char *p = realloc(c->scratch, n);
+    if (p == NULL) {
+      lua_pop(L, 1);
+      return 0;
+    }
+    c->scratch = p;
+    c->scratch_cap = n;
+  }
+  memcpy(c->scratch, line, head);
+  memcpy(c->scratch + head, close, rest);
+  cJSON *msg = parse(L, c->scratch, n);
+  const cJSON *ev = msg ? cJSON_GetObjectItemCaseSensitive(msg, "event") : NULL;
+  const cJSON *empty = ev ? cJSON_GetObjectItemCaseSensitive(ev, "data_base64") : NULL;
+  if (msg == NULL || cJSON_GetObjectItemCaseSensitive(msg, "result") != NULL ||
+      cJSON_GetObjectItemCaseSensitive(msg, "error") != NULL || !is_output(event_type(ev)) ||
+      !cJSON_IsString(empty) || empty->valuestring[0] != '\0') {
+    cJSON_Delete(msg);
+    lua_settop(L, bytes - 1);   /* whatever parse pushed, and the bytes */
+    return 0;
+  }
+  route(L, c, msg, line, len, bytes, 0);
+  return 1;
+}
+
+/* lua-cjson's decode of the line (pushed), for strings with NUL bytes cJSON cannot hold. */
+static int push_exact(lua_State *L, conn *c, const char *line, size_t len) {
+  if (c->exact_ref == LUA_NOREF) {
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "cjson.safe");
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK) return 0;
+    lua_getfield(L, -1, "new");
+    if (lua_pcall(L, 0, 1, 0) != LUA_OK) return 0;
+    lua_getfield(L, -1, "decode_max_depth");
+    lua_pushinteger(L, c->max_depth);
+    lua_pcall(L, 1, 0, 0);
+    lua_getfield(L, -1, "decode");
+    c->exact_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_pop(L, 2);
+  }
+  lua_rawgeti(L, LUA_REGISTRYINDEX, c->exact_ref);
+  lua_pushlstring(L, line, len);
+  if (lua_pcall(L, 1, 1, 0) != LUA_OK || !lua_istable(L, -1)) return 0;
+  return 1;
+}
+
+/*
+** The two event lines every exec gets, in the exact bytes the bundled
+** provider writes them:
+**   {"id":N,"event":{"type":"started","process_id":"WORD"}}
+**   {"id":N,"event":{"type":"exited","exit_code":N}}
+** For a quiet request they only need to be noticed (process_id kept), so
+** a line that is byte for byte one of these is taken without parsing;
+** any other spelling of the same message (spaces, other member order,
+** more members) is parsed by cJSON as usual. Parsing them was most of
+** the host's cost of an exec. Returns 1 when the line was taken.
+*/
+static const char *skip_digits(const char *p, const char *end) {
+  const char *start = p;
+  while (p < end && *p >= '0' && *p <= '9') p++;
+  return p > start && p - start < 16 ? p : NULL;
+}
+
+static const char *skip_literal(const char *p, const char *end, const char *lit, size_t n) {
+  return p != NULL && (size_t)(end - p) >= n && memcmp(p, lit, n) == 0 ? p + n : NULL;
+}
+
+#define LIT(s) s, sizeof(s) - 1
+
+static int take_plain_event(lua_State *L, conn *c, const char *line, size_t len) {
+  const char *end = line + len, *p = skip_literal(line, end, LIT("{\"id\":"));
+  const char *digits = p;
+  if (p == NULL || (p = skip_digits(p, end)) == NULL || digits[0] == '0') return 0;
+  lua_Integer id = 0;
+  for (const char *d = digits; d < p; d++) id = id * 10 + (*d - '0');
+  p = skip_literal(p, end, LIT(",\"event\":{\"type\":\""));
+  const char *pid = NULL, *pid_end = NULL;
+  const char *q = skip_literal(p, end, LIT("started\",\"process_id\":\""));
+  if (q != NULL) {
+    pid = q;
+    while (q < end && ((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') ||
+                       *q == '_' || *q == '-')) q++;
+    pid_end = q;
+    if (pid_end == pid || skip_literal(q, end, LIT("\"}}")) != end) return 0;
+  } else {
+    q = skip_literal(p, end, LIT("exited\",\"exit_code\":"));
+    if (q == NULL || (q = skip_digits(q, end)) == NULL || skip_literal(q, end, LIT("}}")) != end) return 0;
+  }
+  lua_rawgeti(L, LUA_REGISTRYINDEX, c->pending_ref);
+  if (lua_rawgeti(L, -1, id) != LUA_TTABLE) return 0;   /* not ours to take: cJSON decides */
+  int rq = lua_gettop(L);
+  lua_rawgeti(L, rq, RQ_QUIET);
+  int quiet = lua_toboolean(L, -1);
+  if (quiet && pid != NULL) {
+    lua_pushlstring(L, pid, (size_t)(pid_end - pid));
+    lua_rawseti(L, rq, RQ_PID);
+    mark_kept(L, rq);
+  }
+  return quiet;
+}
+
+static void decode(lua_State *L, conn *c, const char *line, size_t len) {
+  if (len >= SPLIT_MIN && decode_split(L, c, line, len)) return;
+  if (len < 128 && take_plain_event(L, c, line, len)) return;
+  int exact = 0;
+  if (memchr(line, '\\', len) != NULL && memmem(line, len, "\\u0000", 6) != NULL) {
+    if (push_exact(L, c, line, len)) exact = lua_gettop(L);
+  }
+  cJSON *msg = parse(L, line, len);
+  if (msg == NULL) {
+    fault(L, c);
+    return;
+  }
+  route(L, c, msg, line, len, 0, exact);
+}
+
+static void observe(lua_State *L, conn *c, const char *direction, int line_idx) {
+  lua_rawgeti(L, LUA_REGISTRYINDEX, c->observe_ref);
+  lua_pushstring(L, direction);
+  lua_pushvalue(L, line_idx);
+  call(L, 2);
+}
+
+static void on_end(lua_State *L, conn *c, const char *err) {
+  if (err != NULL) {
+    char limit[32];
+    snprintf(limit, sizeof limit, "%zu", c->max_line);
+    lua_pushfstring(L, "sent an unreadable or too long line (limit %s bytes): %s", limit, err);
+    fault(L, c);
+  } else if (c->eof_ref != LUA_NOREF) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, c->eof_ref);
+    call(L, 0);
+  }
+}
+
+/* The stdout sink: every line the provider writes, then its end. */
+static void on_stdout(void *ctx, const char *line, size_t len, const char *err) {
+  conn *c = ctx;
+  lua_State *L = host_get()->L;
+  int top = lua_gettop(L);
+  if (line == NULL) {
+    on_end(L, c, err);
+  } else {
+    if (c->observe_ref != LUA_NOREF) {
+      lua_pushlstring(L, line, len);
+      observe(L, c, "recv", lua_gettop(L));
+    }
+    if (len > 0 && c->state == CONN_RUNNING) decode(L, c, line, len);
+  }
+  lua_settop(L, top);
+}
+
+/* {=================== requests ===================} */
+
+/* The text between a request's id and its params, for a method name (checked once). */
+static void push_infix(lua_State *L, conn *c, int method) {
+  lua_rawgeti(L, LUA_REGISTRYINDEX, c->infix_ref);
+  lua_pushvalue(L, method);
+  if (lua_rawget(L, -2) == LUA_TSTRING) {
+    lua_remove(L, -2);
+    return;
+  }
+  lua_pop(L, 1);
+  size_t n;
+  const char *name = lua_tolstring(L, method, &n);
+  int ok = n > 0;
+  for (size_t i = 0; i < n && ok; i++)
+    ok = (name[i] >= 'a' && name[i] <= 'z') || (name[i] >= 'A' && name[i] <= 'Z') ||
+         (name[i] >= '0' && name[i] <= '9') || name[i] == '_';
+  if (!ok) luaL_argerror(L, method, lua_pushfstring(L, "method must be a name, got \"%s\"", name));
+  lua_pushfstring(L, ",\"method\":\"%s\",\"params\":", name);
+  lua_pushvalue(L, method);
+  lua_pushvalue(L, -2);
+  lua_rawset(L, -4);
+  lua_remove(L, -2);
+}
+
+/* A pooled queue, or a new one, on the stack top. */
+static void push_queue(lua_State *L, conn *c) {
+  lua_rawgeti(L, LUA_REGISTRYINDEX, c->free_ref);
+  lua_Integer n = c->nfree;
+  if (n > 0) {
+    lua_rawgeti(L, -1, n);
+    lua_pushnil(L);
+    lua_rawseti(L, -3, n);
+    c->nfree--;
+  } else {
+    lua_createtable(L, RQ_FIRST + 5, 1);
+    rq_reset(L, lua_gettop(L));
+  }
+  lua_remove(L, -2);
+}
+
+/* The decimal digits of v at the end of buf[24]; returns their start. */
+static char *format_id(lua_Integer v, char *buf) {
+  char *p = buf + 24;
+  unsigned long long u = (unsigned long long)v;   /* ids are positive */
+  do *--p = (char)('0' + u % 10); while ((u /= 10) != 0);
+  return p;
+}
+
+/* conn:send(method, params_json [, quiet]) -> rq | nil, why */
+static int conn_send(lua_State *L) {
+  conn *c = check_conn(L);
+  luaL_checkstring(L, 2);
+  size_t params_len;
+  const char *params = luaL_checklstring(L, 3, &params_len);
+  if (!lua_isnoneornil(L, 4) && !lua_isboolean(L, 4)) {
+    lua_Integer cap = luaL_checkinteger(L, 4);
+    luaL_argcheck(L, cap >= 0, 4, "the output to keep must be a non-negative integer");
+  }
+  lua_settop(L, 4);
+  if (c->state != CONN_RUNNING) {
+    luaL_pushfail(L);
+    lua_pushliteral(L, "the connection is stopped");
+    return 2;
+  }
+  lua_Integer id = c->next_id++;
+  push_infix(L, c, 2);   /* at 5 */
+  size_t infix_len;
+  const char *infix = lua_tolstring(L, 5, &infix_len);
+  char digits[24];
+  char *id_text = format_id(id, digits);
+  uv_buf_t bufs[5] = {uv_buf_init((char *)"{\"id\":", 6), uv_buf_init(id_text, (unsigned)(digits + 24 - id_text)),
+                      uv_buf_init((char *)infix, (unsigned)infix_len), uv_buf_init((char *)params, (unsigned)params_len),
+                      uv_buf_init((char *)"}\n", 2)};
+  if (c->observe_ref != LUA_NOREF) {
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    for (int i = 0; i < 5; i++) luaL_addlstring(&b, bufs[i].base, bufs[i].len - (i == 4));
+    luaL_pushresult(&b);   /* the line without its newline */
+    observe(L, c, "send", lua_gettop(L));
+    lua_settop(L, 5);
+  }
+  int rc = process_write_bufs(L, conn_proc(L, c), bufs, 5);
+  lua_settop(L, 4);
+  if (rc != 0) {
+    luaL_pushfail(L);
+    lua_pushstring(L, uv_strerror(rc));
+    return 2;
+  }
+  push_queue(L, c);
+  int rq = lua_gettop(L);
+  rq_set_int(L, rq, RQ_ID, id);
+  if (lua_toboolean(L, 4)) {
+    lua_pushvalue(L, 4);
+    lua_rawseti(L, rq, RQ_QUIET);
+  }
+  lua_rawgeti(L, LUA_REGISTRYINDEX, c->pending_ref);
+  lua_pushvalue(L, rq);
+  lua_rawseti(L, -2, id);
+  lua_pop(L, 1);
+  c->npending++;
+  return 1;
+}
+
+/* Pushes the request's process_id, stdout and stderr captures (nil where none). */
+static void push_outcome(lua_State *L, int rq) {
+  for (int slot = RQ_PID; slot <= RQ_ERR; slot++) {
+    lua_rawgeti(L, rq, slot);
+    if (!lua_toboolean(L, -1)) {
+      lua_pop(L, 1);
+      lua_pushnil(L);
+    }
+  }
+}
+
+/*
+** The request at rq ended with its reply (take found result or error):
+** pushes its process_id and kept output (nil where none), and pools its
+** queue. Only what the request set is reset: a quiet request's slots, and
+** head and tail when replies came after the end (drained: none did).
+*/
+static void recycle(lua_State *L, conn *c, int rq, int drained) {
+  int quiet = lua_rawgeti(L, rq, RQ_QUIET) != LUA_TBOOLEAN || lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  int kept = quiet && lua_rawgeti(L, rq, RQ_KEPT) == LUA_TBOOLEAN && lua_toboolean(L, -1);
+  if (quiet) lua_pop(L, 1);
+  if (kept) {
+    push_outcome(L, rq);
+    for (int slot = RQ_KEPT; slot <= RQ_ERR; slot++) {
+      lua_pushboolean(L, 0);
+      lua_rawseti(L, rq, slot);
+    }
+  } else {
+    lua_pushnil(L);
+    lua_pushnil(L);
+    lua_pushnil(L);
+  }
+  if (quiet) {
+    lua_pushboolean(L, 0);
+    lua_rawseti(L, rq, RQ_QUIET);
+  }
+  if (!drained) {   /* what came after the end (a failure from a late timer) */
+    lua_Integer head = rq_int(L, rq, RQ_HEAD), tail = rq_int(L, rq, RQ_TAIL);
+    for (lua_Integer i = head; i <= tail; i++) {
+      lua_pushnil(L);
+      lua_rawseti(L, rq, i);
+    }
+    rq_set_int(L, rq, RQ_HEAD, RQ_FIRST);
+    rq_set_int(L, rq, RQ_TAIL, RQ_FIRST - 1);
+  }
+  if (c->free_ref != LUA_NOREF) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, c->free_ref);
+    lua_pushvalue(L, rq);
+    lua_rawseti(L, -2, ++c->nfree);
+    lua_pop(L, 1);
+  }
+}
+
+/*
+** conn:take(rq) -> kind, body | nil; after a result or an error also the
+** request's process_id, stdout and stderr (see recycle: rq is pooled).
+*/
+static int conn_take(lua_State *L) {
+  conn *c = to_conn(L);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  lua_settop(L, 2);
+  lua_Integer head = rq_int(L, 2, RQ_HEAD), tail = rq_int(L, 2, RQ_TAIL);
+  if (head > tail) return 0;
+  lua_rawgeti(L, 2, head);
+  lua_rawgeti(L, 2, head + 1);
+  lua_pushnil(L);
+  lua_rawseti(L, 2, head);
+  lua_pushnil(L);
+  lua_rawseti(L, 2, head + 1);
+  int drained = head + 2 > tail;
+  if (drained) {
+    rq_set_int(L, 2, RQ_HEAD, RQ_FIRST);
+    rq_set_int(L, 2, RQ_TAIL, RQ_FIRST - 1);
+  } else {
+    rq_set_int(L, 2, RQ_HEAD, head + 2);
+  }
+  const char *kind = lua_tostring(L, 3);
+  if (kind[0] == 'r' || (kind[0] == 'e' && kind[1] == 'r')) {   /* result, error: the request ended */
+    recycle(L, c, 2, drained);
+    return 5;
+  }
+  return 2;
+}
+
+/* conn:fail(rq, err): a failure for the request's waiter */
+static int conn_fail(lua_State *L) {
+  conn *c = check_conn(L);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  luaL_checkany(L, 3);
+  lua_settop(L, 3);
+  lua_pushliteral(L, "failure");
+  lua_pushvalue(L, 3);
+  rq_push(L, c, 2);
+  return 0;
+}
+
+/* conn:fail_pending(err): every request in flight fails with err */
+static int conn_fail_pending(lua_State *L) {
+  conn *c = to_conn(L);
+  luaL_checkany(L, 2);
+  lua_settop(L, 2);
+  if (c->pending_ref == LUA_NOREF) return 0;
+  lua_rawgeti(L, LUA_REGISTRYINDEX, c->pending_ref);
+  lua_newtable(L);   /* the queues, taken out first: a woken waiter may send */
+  int failed = lua_gettop(L), n = 0;
+  lua_pushnil(L);
+  while (lua_next(L, 3) != 0) lua_rawseti(L, failed, ++n);
+  lua_newtable(L);
+  lua_rawseti(L, LUA_REGISTRYINDEX, c->pending_ref);
+  lua_newtable(L);
+  lua_rawseti(L, LUA_REGISTRYINDEX, c->abandoned_ref);
+  c->npending = 0;
+  for (int i = 1; i <= n; i++) {
+    lua_rawgeti(L, failed, i);
+    lua_pushliteral(L, "failure");
+    lua_pushvalue(L, 2);
+    rq_push(L, c, lua_gettop(L) - 2);
+    lua_pop(L, 1);
+  }
+  return 0;
+}
+
+/* conn:abandon(rq [, on_late]) -> process_id */
+static int conn_abandon(lua_State *L) {
+  conn *c = to_conn(L);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  lua_settop(L, 3);
+  if (c->pending_ref != LUA_NOREF) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, c->pending_ref);
+    lua_rawgeti(L, 2, RQ_ID);
+    lua_pushvalue(L, -1);
+    if (lua_rawget(L, -3) == LUA_TTABLE && lua_rawequal(L, -1, 2)) {
+      lua_pop(L, 1);
+      lua_pushvalue(L, -1);
+      lua_pushnil(L);
+      lua_rawset(L, -4);                /* pending[id] = nil */
+      lua_rawgeti(L, LUA_REGISTRYINDEX, c->abandoned_ref);
+      lua_insert(L, -2);
+      if (lua_isnil(L, 3)) lua_pushboolean(L, 1);
+      else lua_pushvalue(L, 3);
+      lua_rawset(L, -3);                /* abandoned[id] = on_late or true */
+      c->npending--;
+    }
+    lua_settop(L, 3);
+  }
+  lua_rawgeti(L, 2, RQ_PID);
+  if (!lua_toboolean(L, -1)) lua_pushnil(L);
+  return 1;
+}
+
+/* {=================== the connection ===================} */
+
+static int conn_stop(lua_State *L) {
+  conn *c = check_conn(L);
+  c->state = CONN_STOPPED;
+  return 0;
+}
+
+static int conn_observe(lua_State *L) {
+  conn *c = check_conn(L);
+  if (!lua_isnoneornil(L, 2)) luaL_checktype(L, 2, LUA_TFUNCTION);
+  unref(&c->observe_ref);
+  if (!lua_isnoneornil(L, 2)) {
+    lua_settop(L, 2);
+    c->observe_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  }
+  return 0;
+}
+
+static int conn_close_stdin(lua_State *L) {
+  conn *c = check_conn(L);
+  process_close_stdin(conn_proc(L, c));
+  return 0;
+}
+
+/* conn:kill([sig]) -> true | nil, "kill PID: message", "ESRCH" */
+static int conn_kill(lua_State *L) {
+  conn *c = check_conn(L);
+  int signo = lua_isnoneornil(L, 2) ? SIGTERM : host_check_signal(L, 2);
+  proc *p = conn_proc(L, c);
+  if (process_kill(p, signo) != 0) {
+    int e = errno;
+    luaL_pushfail(L);
+    lua_pushfstring(L, "kill %d: %s", p ? process_pid(p) : 0, strerror(e));
+    lua_pushstring(L, uv_err_name(uv_translate_sys_error(e)));
+    return 3;
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+static int conn_pending_count(lua_State *L) {
+  conn *c = check_conn(L);
+  lua_pushinteger(L, c->npending);
+  return 1;
+}
+
+/* Lets go of everything: the process box (closed), callbacks, queues. Idempotent. */
+static void release(lua_State *L, conn *c) {
+  if (c->state == CONN_CLOSED) return;
+  c->state = CONN_CLOSED;
+  c->proc = NULL;
+  if (c->box_ref != LUA_NOREF) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, c->box_ref);
+    proc *p = process_of(L, -1);
+    if (p != NULL) process_sink_stdout(p, (line_sink){NULL, NULL});
+    if (luaL_getmetafield(L, -1, "__close") != LUA_TNIL) {
+      lua_pushvalue(L, -2);
+      lua_pcall(L, 1, 0, 0);
+    }
+    lua_pop(L, 1);
+  }
+  int *refs[] = {&c->box_ref, &c->pending_ref, &c->abandoned_ref, &c->free_ref, &c->infix_ref,
+                 &c->fault_ref, &c->eof_ref, &c->notify_ref, &c->observe_ref, &c->exact_ref};
+  for (size_t i = 0; i < sizeof refs / sizeof refs[0]; i++) unref(refs[i]);
+  free(c->scratch);
+  c->scratch = NULL;
+}
+
+/* conn:close(): the provider's exit was seen; what is left goes */
+static int conn_close(lua_State *L) {
+  release(L, to_conn(L));
+  return 0;
+}
+
+static int conn_tostring(lua_State *L) {
+  conn *c = to_conn(L);
+  static const char *const states[] = {"running", "stopped", "closed"};
+  lua_pushfstring(L, "smol.conn (%s)", states[c->state]);
+  return 1;
+}
+
+/* conn:pid() -> the provider's process id */
+static int conn_pid(lua_State *L) {
+  conn *c = check_conn(L);
+  lua_pushinteger(L, c->proc ? process_pid(c->proc) : 0);
+  return 1;
+}
+
+static int ref_callback(lua_State *L, int opts, const char *name) {
+  if (lua_getfield(L, opts, name) == LUA_TNIL) {
+    lua_pop(L, 1);
+    return LUA_NOREF;
+  }
+  if (!lua_isfunction(L, -1)) luaL_error(L, "core.connect: %s must be a function", name);
+  return luaL_ref(L, LUA_REGISTRYINDEX);
+}
+
+static int new_table_ref(lua_State *L) {
+  lua_newtable(L);
+  return luaL_ref(L, LUA_REGISTRYINDEX);
+}
+
+static conn *new_conn(lua_State *L, int opts) {
+  conn *c = lua_newuserdatauv(L, sizeof *c, 0);
+  memset(c, 0, sizeof *c);
+  c->state = CONN_CLOSED;   /* until everything is in place */
+  c->box_ref = c->pending_ref = c->abandoned_ref = c->free_ref = c->infix_ref = LUA_NOREF;
+  c->fault_ref = c->eof_ref = c->notify_ref = c->observe_ref = c->exact_ref = LUA_NOREF;
+  luaL_setmetatable(L, CONN_MT);
+  lua_getfield(L, opts, "max_depth");
+  c->max_depth = (int)luaL_optinteger(L, -1, 128);
+  lua_pop(L, 1);
+  lua_getfield(L, opts, "max_line");
+  lua_Integer max_line = luaL_optinteger(L, -1, 256 * 1024 * 1024);
+  c->max_line = max_line > 0 ? (size_t)max_line : 0;
+  lua_pop(L, 1);
+  c->next_id = 1;
+  return c;
+}
+
+/* core.connect(opts) -> conn | nil, msg, errname */
+static int core_connect(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 1);
+  lua_pushboolean(L, 1);
+  lua_setfield(L, 1, "stdin");
+  lua_pushliteral(L, "lines");
+  lua_setfield(L, 1, "stdout");
+  lua_pushboolean(L, 1);
+  lua_setfield(L, 1, "process_group");
+  conn *c = new_conn(L, 1);   /* at 2 */
+  int fault_ref = ref_callback(L, 1, "on_fault"), eof_ref = ref_callback(L, 1, "on_eof");
+  int notify_ref = ref_callback(L, 1, "notify");
+  lua_pushcfunction(L, process_spawn);
+  lua_pushvalue(L, 1);
+  lua_call(L, 1, 3);
+  if (lua_isnil(L, -3)) {
+    int refs[] = {fault_ref, eof_ref, notify_ref};
+    for (int i = 0; i < 3; i++) unref(&refs[i]);
+    return 3;
+  }
+  lua_pop(L, 2);
+  c->proc = process_of(L, -1);
+  c->box_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  c->fault_ref = fault_ref;
+  c->eof_ref = eof_ref;
+  c->notify_ref = notify_ref;
+  c->pending_ref = new_table_ref(L);
+  c->abandoned_ref = new_table_ref(L);
+  c->free_ref = new_table_ref(L);
+  c->infix_ref = new_table_ref(L);
+  c->state = CONN_RUNNING;
+  process_sink_stdout(c->proc, (line_sink){on_stdout, c});
+  lua_settop(L, 2);
+  return 1;
+}
+
+static int conn_gc(lua_State *L) {
+  release(L, to_conn(L));
+  return 0;
+}
+
+/* data_base64 of a long line's output event, made from its data when read. */
+static int output_event_index(lua_State *L) {
+  const char *key = lua_tostring(L, 2);
+  if (key == NULL || strcmp(key, "data_base64") != 0) return 0;
+  lua_getfield(L, 1, "data");
+  size_t n;
+  const char *bytes = lua_tolstring(L, -1, &n);
+  if (bytes == NULL) return 0;
+  lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+  lua_getfield(L, -1, "smol.core");
+  lua_getfield(L, -1, "b64encode");
+  lua_pushvalue(L, -4);
+  lua_call(L, 1, 1);
+  lua_pushvalue(L, -1);
+  lua_setfield(L, 1, "data_base64");
+  return 1;
+}
+
+void conn_open(lua_State *L) {
+  json_arena_install();
+  static const luaL_Reg methods[] = {
+    {"pid", conn_pid}, {"send", conn_send}, {"take", conn_take}, {"fail", conn_fail},
+    {"fail_pending", conn_fail_pending}, {"abandon", conn_abandon},
+    {"stop", conn_stop}, {"observe", conn_observe}, {"close_stdin", conn_close_stdin},
+    {"kill", conn_kill}, {"pending_count", conn_pending_count}, {"close", conn_close},
+    {NULL, NULL}};
+  static const luaL_Reg meta[] = {
+    {"__gc", conn_gc}, {"__close", conn_gc}, {"__tostring", conn_tostring}, {NULL, NULL}};
+  luaL_newmetatable(L, CONN_MT);
+  lua_pushvalue(L, -1);
+  luaL_setfuncs(L, meta, 1);   /* each with the metatable as its upvalue (see to_conn) */
+  lua_newtable(L);
+  lua_pushvalue(L, -2);
+  luaL_setfuncs(L, methods, 1);
+  lua_setfield(L, -2, "__index");
+  lua_pop(L, 1);
+  luaL_newmetatable(L, OUTPUT_EVENT_MT);
+  lua_pushcfunction(L, output_event_index);
+  lua_setfield(L, -2, "__index");
+  lua_pop(L, 1);
+  lua_pushcfunction(L, core_connect);
+  lua_setfield(L, -2, "connect");
+  lua_pushcfunction(L, core_has_reply);
+  lua_setfield(L, -2, "has_reply");
+}
