@@ -5,7 +5,8 @@
 **                network unless the profile has the network
 **   /usr, /etc   the host's, read-only; /bin, /lib... as on the host
 **                (symlinks into /usr on merged-/usr systems, else
-**                read-only binds); secrets in /etc are masked
+**                read-only binds); what others may not read in /etc
+**                is masked (add_masks)
 **   /proc /dev   fresh ones for the pid namespace; a minimal /dev
 **   /tmp         the session's tmp directory, writable
 **   /workspace   the session's workspace, writable; the cwd
@@ -20,7 +21,10 @@
 #define _GNU_SOURCE
 #include "bwrap_args.h"
 
-#include <glob.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -32,15 +36,48 @@ static const char *const system_dirs[] = {
 };
 
 /*
-** Readable by root only: when the provider runs as root, commands run as
-** root of the user namespace (without capabilities, but still the owner of
-** these files), so they are replaced by empty ones.
+** What others may not read in /etc is replaced by something empty: a
+** provider run as root runs commands as root of the user namespace
+** (without capabilities, but still the owner of root's files), and a
+** list of known secrets always misses one (a CA store's password, a
+** tool's configuration). So the rule is the file's own mode: a file (or
+** FIFO, socket, device) without the read bit for others becomes
+** /dev/null, and a directory that others may not list or enter becomes an
+** empty tmpfs. Symbolic links are left alone: what they point to inside
+** /etc is masked by the same rule, and nothing outside it is bound.
 */
-static const char *const masked_files[] = {
-  "/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers",
-  "/etc/ssh/ssh_host_*_key", NULL
-};
-static const char *const masked_dirs[] = {"/etc/ssl/private", "/etc/sudoers.d", NULL};
+#define MASKED_ROOT "/etc"
+/* /etc is shallow; deeper levels (each holds a descriptor) are not looked into. */
+#define MASK_MAX_DEPTH 32
+
+static void push3(argvec *s, const char *a, const char *b, const char *c);
+
+static void mask_dir(argvec *a, int dirfd, const char *path, int depth);
+
+static void mask_entry(argvec *a, int dirfd, const char *name, const char *path, int depth) {
+  struct stat st;
+  if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 || S_ISLNK(st.st_mode)) return;
+  if (S_ISDIR(st.st_mode)) {
+    if ((st.st_mode & (S_IROTH | S_IXOTH)) != (S_IROTH | S_IXOTH)) { push3(a, "--tmpfs", path, NULL); return; }
+    int fd = depth < MASK_MAX_DEPTH ? openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+    if (fd >= 0) mask_dir(a, fd, path, depth + 1);   /* closes fd */
+    return;
+  }
+  if (!(st.st_mode & S_IROTH)) push3(a, "--ro-bind", "/dev/null", path);
+}
+
+/* Masks what lies below the directory open at fd (closed here), whose path is path. */
+static void mask_dir(argvec *a, int fd, const char *path, int depth) {
+  DIR *d = fdopendir(fd);
+  if (!d) { close(fd); return; }
+  for (struct dirent *e; (e = readdir(d));) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    char child[PATH_MAX];
+    if (snprintf(child, sizeof child, "%s/%s", path, e->d_name) >= (int)sizeof child) continue;
+    mask_entry(a, dirfd(d), e->d_name, child, depth);
+  }
+  closedir(d);
+}
 
 void argvec_push(argvec *s, const char *item) {
   if (s->len + 2 > s->cap) {
@@ -91,18 +128,8 @@ static void add_system_dir(argvec *a, const char *dir) {
 }
 
 static void add_masks(argvec *a) {
-  struct stat st;
-  for (int i = 0; masked_files[i]; i++) {
-    glob_t g;
-    if (glob(masked_files[i], GLOB_NOSORT, NULL, &g) != 0) continue;
-    for (size_t j = 0; j < g.gl_pathc; j++)
-      if (lstat(g.gl_pathv[j], &st) == 0 && S_ISREG(st.st_mode))
-        push3(a, "--ro-bind", "/dev/null", g.gl_pathv[j]);
-    globfree(&g);
-  }
-  for (int i = 0; masked_dirs[i]; i++)
-    if (lstat(masked_dirs[i], &st) == 0 && S_ISDIR(st.st_mode))
-      push3(a, "--tmpfs", masked_dirs[i], NULL);
+  int fd = open(MASKED_ROOT, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) mask_dir(a, fd, MASKED_ROOT, 0);
 }
 
 static void add_area(argvec *a, const char *host, const char *sandbox) {
