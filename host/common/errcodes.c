@@ -8,7 +8,7 @@
 static const struct { const char *name; int err; } errno_names[] = {
   E(ENOENT), E(EEXIST), E(ENOTEMPTY), E(EACCES), E(EPERM), E(EXDEV), E(ELOOP),
   E(EROFS), E(EISDIR), E(ENOTDIR), E(EFBIG), E(ENOSPC), E(EDQUOT), E(EMFILE),
-  E(ENFILE), E(ENOMEM), E(EINVAL), E(ENAMETOOLONG),
+  E(ENFILE), E(ENOMEM), E(E2BIG), E(EINVAL), E(ENAMETOOLONG),
 };
 #undef E
 
@@ -19,7 +19,7 @@ const char *errno_code(int err) {
     case EACCES: case EPERM: case EXDEV: case ELOOP: case EROFS: return "permission_denied";
     case EISDIR: return "is_a_directory";
     case ENOTDIR: return "not_a_directory";
-    case EFBIG: case ENOSPC: case EDQUOT: case EMFILE: case ENFILE: case ENOMEM: return "limit_exceeded";
+    case EFBIG: case ENOSPC: case EDQUOT: case EMFILE: case ENFILE: case ENOMEM: case E2BIG: return "limit_exceeded";
     case EINVAL: case ENAMETOOLONG: return "invalid_request";
     default: return "io_error";
   }

@@ -34,6 +34,7 @@
 #include "bwrap_probe.h"
 #include "context.h"
 #include "disk_cap.h"
+#include "errcodes.h"
 #include "process.h"
 #include "sandbox_helper.h"
 #include "session.h"
@@ -99,6 +100,8 @@ static ssize_t recv_reply(int sock, helper_reply *r, int *fd, int flags) {
   if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int)))
     memcpy(fd, CMSG_DATA(c), sizeof(int));
   if (n < 0) return -errno;
+  /* A descriptor sent with it that we could not take: our descriptor table is full. */
+  if (*fd < 0 && (mh.msg_flags & MSG_CTRUNC)) return -EMFILE;
   if (n > 0 && n != (ssize_t)sizeof *r) {
     if (*fd >= 0) close(*fd);
     *fd = -1;
@@ -207,14 +210,19 @@ static void self_exe(char *path, size_t size) {
 }
 
 /*
-** Waits for the helper's HELLO (with its pidfd). 0, or -1 when the sandbox
-** did not come up (msg says why when it was the helper's build).
+** Waits for the helper's HELLO (with its pidfd). 0, or -EPROTO when the
+** sandbox did not come up (msg says why when it was the helper's build),
+** or -errno when we could not take its pidfd.
 */
 static int await_hello(bwrap_state *st, char *msg, size_t msglen) {
   struct pollfd p = {st->events_fd, POLLIN, 0};
-  if (poll(&p, 1, STARTUP_TIMEOUT_MS) <= 0) return -1;
+  if (poll(&p, 1, STARTUP_TIMEOUT_MS) <= 0) return -EPROTO;
   helper_reply hello;
   ssize_t n = recv_reply(st->events_fd, &hello, &st->helper_pidfd, MSG_DONTWAIT);
+  if (n == -EMFILE) {
+    snprintf(msg, msglen, "cannot take the sandbox helper's pidfd: %s", strerror(EMFILE));
+    return -EMFILE;
+  }
   if (n > 0 && hello.type == HELPER_HELLO && st->helper_pidfd >= 0) {
     if (hello.tag == helper_build_id()) return 0;
     char exe[PATH_MAX];
@@ -224,7 +232,7 @@ static int await_hello(bwrap_state *st, char *msg, size_t msglen) {
   }
   if (st->helper_pidfd >= 0) close(st->helper_pidfd);
   st->helper_pidfd = -1;
-  return -1;
+  return -EPROTO;
 }
 
 static pid_t start_bwrap(session *s, int control, int events, int errfd) {
@@ -267,13 +275,15 @@ static void release_fds(bwrap_state *st) {
   st->events_fd = st->helper_pidfd = st->bwrap_pidfd = -1;
 }
 
-/* Starts bwrap on the child ends of the channel; keeps our ends. 0 or -1 with msg filled. */
+/* Starts bwrap on the child ends of the channel; keeps our ends. 0 or -errno with msg filled. */
 static int spawn_sandbox(session *s, bwrap_state *st, int errfd, char *msg, size_t msglen) {
-  int control[2], events[2];
+  int control[2], events[2], err;
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, control) < 0) goto fail;
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, events) < 0) {
+    err = errno;
     close(control[0]);
     close(control[1]);
+    errno = err;
     goto fail;
   }
   st->control_fd = control[0];
@@ -284,21 +294,27 @@ static int spawn_sandbox(session *s, bwrap_state *st, int errfd, char *msg, size
   close(events[1]);
   if (st->bwrap_pid < 0) {
     snprintf(msg, msglen, "cannot start %s: %s", bwrap_program(), strerror(-st->bwrap_pid));
-    return -1;
+    return st->bwrap_pid;
   }
   st->bwrap_pidfd = (int)syscall(SYS_pidfd_open, st->bwrap_pid, 0);
   return 0;
 fail:
-  snprintf(msg, msglen, "cannot create the sandbox channel: %s", strerror(errno));
-  return -1;
+  err = errno;
+  snprintf(msg, msglen, "cannot create the sandbox channel: %s", strerror(err));
+  return -err;
 }
 
-/* Starts the sandbox and waits for the helper. 0, or -1 with msg filled. */
+/*
+** Starts the sandbox and waits for the helper. 0, or with msg filled
+** -errno when a system call failed (out of descriptors: limit_exceeded),
+** -EPROTO when the sandbox did not come up.
+*/
 static int launch(session *s, bwrap_state *st, char *msg, size_t msglen) {
   int err[2];
   if (pipe2(err, O_CLOEXEC) < 0) {
-    snprintf(msg, msglen, "cannot create a pipe: %s", strerror(errno));
-    return -1;
+    int e = errno;
+    snprintf(msg, msglen, "cannot create a pipe for the sandbox: %s", strerror(e));
+    return -e;
   }
   int rc = spawn_sandbox(s, st, err[1], msg, msglen);
   close(err[1]);
@@ -354,7 +370,10 @@ static int bwrap_open(session *s, const char **code, char *msg, size_t msglen) {
   if (!st) abort();
   st->control_fd = st->events_fd = st->helper_pidfd = st->bwrap_pidfd = -1;
   s->backend_data = st;
-  if (check_binds(s->profile, code, msg, msglen) < 0 || launch(s, st, msg, msglen) < 0) {
+  int rc = check_binds(s->profile, code, msg, msglen);
+  if (rc == 0) rc = launch(s, st, msg, msglen);
+  if (rc < 0) {
+    if (rc != -1 && rc != -EPROTO) *code = errno_code(-rc);
     bwrap_close(s);   /* a failed open is not closed by session.c */
     return -1;
   }
@@ -411,15 +430,20 @@ static int send_start(bwrap_state *st, const spawn_spec *spec, uint64_t tag) {
   return rc;
 }
 
-/* Reads STARTED for tag. Returns the command's pid in the namespace, or -errno. */
-static int await_started(bwrap_state *st, uint64_t tag) {
+/*
+** Reads STARTED for tag: 0 with *pid the command's pid in the namespace
+** (or -errno when the helper could not start it), or -errno when the
+** channel failed (a timeout is -EAGAIN).
+*/
+static int await_started(bwrap_state *st, uint64_t tag, int *pid) {
   helper_reply r;
   int fd;
   ssize_t n = recv_reply(st->control_fd, &r, &fd, 0);
   if (fd >= 0) close(fd);   /* STARTED carries none */
-  if (n <= 0 || r.type != HELPER_STARTED || r.tag != tag || r.value == 0)
-    return n < 0 ? (int)n : -EPROTO;
-  return r.value;
+  if (n < 0) return (int)n;
+  if (n == 0 || r.type != HELPER_STARTED || r.tag != tag || r.value == 0) return -EPROTO;
+  *pid = r.value;
+  return 0;
 }
 
 /* After a channel failure the helper cannot be trusted to be in step: end the session's sandbox. */
@@ -442,9 +466,10 @@ static int bwrap_start(session *s, proc *p, const spawn_spec *spec) {
   uint64_t tag = ++st->next_tag;
   int rc = send_start(st, spec, tag);
   if (rc == -E2BIG) return rc;
-  int pid = rc < 0 ? rc : await_started(st, tag);
-  if (pid == -EPROTO || pid == -EAGAIN || pid == -EPIPE || pid == -ECONNRESET)
-    return channel_broken(st, pid);
+  int pid = 0;
+  if (rc == 0) rc = await_started(st, tag, &pid);
+  if (rc == -EPROTO || rc == -EAGAIN || rc == -EPIPE || rc == -ECONNRESET) return channel_broken(st, rc);
+  if (rc < 0) return rc;
   if (pid < 0) return pid;   /* the helper could not start it (e.g. EAGAIN from RLIMIT_NPROC) */
   p->pid = pid;   /* in the namespace: only a sign that it started (signals go by tag) */
   p->backend_data = (void *)(uintptr_t)tag;

@@ -26,6 +26,7 @@
 #include "backend.h"
 #include "context.h"
 #include "disk_cap.h"
+#include "errcodes.h"
 #include "group_wait.h"
 #include "process.h"
 #include "relay_sched.h"
@@ -111,7 +112,7 @@ static void set_view(char **view, const char *host) {
 static int local_open(session *s, const char **code, char *msg, size_t msglen) {
   int rc = reaper_hold();
   if (rc < 0) {
-    *code = "internal";
+    *code = errno_code(-rc);
     snprintf(msg, msglen, "cannot watch processes: epoll_create1: %s", strerror(-rc));
     return rc;
   }

@@ -32,6 +32,8 @@ typedef struct provider {
   struct profile_table *profiles;  /* profile.c: built-in and users' profiles */
   struct bwrap_probe *bwrap;       /* bwrap_probe.c: whether bubblewrap works here */
   int openat2;                     /* paths.c: 0 not known yet, 1 usable, -1 walk instead */
+  int spare_fds[4];                /* fd_reserve.c: descriptors kept back for clean-up */
+  unsigned nspare;                 /* fd_reserve.c: how many of them are open */
   relay_sched sched;               /* relay_sched.h: the provider's own scheduling policy */
   spawn_setup spawn;               /* spawn.h: what every start of a command needs */
 } provider;

@@ -10,12 +10,19 @@
 #include <string.h>
 
 #include "errcodes.h"
+#include "utf8.h"
+
+bool vfail(failure *f, const char *code, const char *fmt, va_list ap) {
+  f->code = code;
+  int n = vsnprintf(f->message, sizeof f->message, fmt, ap);
+  if (n >= (int)sizeof f->message) f->message[utf8_complete(f->message, sizeof f->message - 1)] = '\0';
+  return false;
+}
 
 bool fail(failure *f, const char *code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  f->code = code;
-  vsnprintf(f->message, sizeof f->message, fmt, ap);
+  vfail(f, code, fmt, ap);
   va_end(ap);
   return false;
 }

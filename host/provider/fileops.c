@@ -19,6 +19,8 @@
 #include <unistd.h>
 
 #include "disk_cap.h"
+#include "file_open.h"
+#include "names.h"
 #include "params.h"
 #include "paths.h"
 #include "tree.h"
@@ -26,11 +28,10 @@
 /* One read_file answer at most: its base64 must fit the host's line cap (256 MiB). */
 #define MAX_READ (128u * 1024 * 1024)
 
-/* Resolves params.path; on failure answers r and returns false. */
+/* Resolves the request's path; on failure answers r and returns false. */
 static bool resolve_param(request *r, session *s, const cJSON *params, resolved *p) {
-  const char *path = NULL;
   failure f;
-  if (param_string(params, "path", false, &path, &f) && path_resolve(s, r->method, path, p, &f)) return true;
+  if (path_param(s, r->method, params, p, &f)) return true;
   reply_failure(r, &f);
   return false;
 }
@@ -84,14 +85,6 @@ static bool write_all(int fd, const char *data, size_t len) {
   return true;
 }
 
-/* Opens for writing; a new file gets exactly `mode` (not filtered by the umask). */
-static int open_for_write(const resolved *p, bool append, bool has_mode, mode_t mode) {
-  int fd = path_open(p, O_WRONLY | O_CREAT | O_EXCL, 0600);
-  if (fd >= 0) { fchmod(fd, has_mode ? mode : 0644); return fd; }
-  if (fd != -EEXIST) return fd;
-  return path_open(p, O_WRONLY | (append ? O_APPEND : O_TRUNC), 0);
-}
-
 /* The allocated bytes of the file a truncating write replaces (0 when there is none). */
 static uint64_t replaced_bytes(const resolved *p, bool append) {
   if (append) return 0;
@@ -129,11 +122,12 @@ void method_write_file(request *r, session *s, const cJSON *params) {
       !param_base64(params, "content_base64", &data, &len, &f)) { reply_failure(r, &f); return; }
   if (mode != UINT64_MAX && mode > 07777) { free(data); reply_error(r, "invalid_request", "write_file: `mode` %llu is not a permission mode", (unsigned long long)mode); return; }
   if (!disk_allows(r, s, &p, len, append)) { free(data); return; }
-  int fd = open_for_write(&p, append, mode != UINT64_MAX, (mode_t)mode);
-  int err = fd < 0 ? -fd : (write_all(fd, data, len) ? 0 : errno);
+  int fd = file_open_write(&p, r->method, append, mode != UINT64_MAX ? (mode_t)mode : 0644, &f);
+  int err = fd < 0 ? 0 : (write_all(fd, data, len) ? 0 : errno);
   if (fd >= 0) close(fd);
   free(data);
-  if (err) reply_errno(r, err, &p);
+  if (fd < 0) reply_failure(r, &f);
+  else if (err) reply_errno(r, err, &p);
   else reply_result(r, cJSON_CreateObject());
 }
 
@@ -172,11 +166,11 @@ static bool read_length(request *r, const cJSON *params, const struct stat *st, 
 void method_read_file(request *r, session *s, const cJSON *params) {
   resolved p;
   if (!resolve_param(r, s, params, &p)) return;
-  int fd = path_open(&p, O_RDONLY, 0);
   struct stat st;
-  if (fd < 0 || fstat(fd, &st) < 0) { reply_errno(r, fd < 0 ? -fd : errno, &p); if (fd >= 0) close(fd); return; }
+  failure f;
+  int fd = file_open_read(&p, r->method, &st, &f);
+  if (fd < 0) { reply_failure(r, &f); return; }
   uint64_t offset, len;
-  if (S_ISDIR(st.st_mode)) { close(fd); reply_errno(r, EISDIR, &p); return; }
   if (!read_length(r, params, &st, &offset, &len)) { close(fd); return; }
   char *buf = malloc(len ? len : 1);
   ssize_t n = read_range(fd, buf, len, (off_t)offset);
@@ -275,36 +269,42 @@ void method_stat(request *r, session *s, const cJSON *params) {
   reply_result(r, result);
 }
 
+/* An entry of a listing: its exact name (for sorting) and its object. */
+typedef struct listed {
+  char *name;
+  cJSON *obj;
+} listed;
+
 static int by_name(const void *a, const void *b) {
-  return strcmp(cJSON_GetObjectItem(*(cJSON *const *)a, "name")->valuestring,
-                cJSON_GetObjectItem(*(cJSON *const *)b, "name")->valuestring);
+  return strcmp(((const listed *)a)->name, ((const listed *)b)->name);
 }
 
 static cJSON *dir_entry(int dirfd, const char *name) {
   struct stat st;
   cJSON *e = cJSON_CreateObject();
-  cJSON_AddStringToObject(e, "name", name);
+  names_add(e, "name", name);
   bool ok = fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0;
   cJSON_AddStringToObject(e, "type", ok ? type_name(st.st_mode) : "other");
   cJSON_AddNumberToObject(e, "size", ok ? (double)st.st_size : 0);
   return e;
 }
 
-/* The entries of the open directory fd (closed here), sorted by name. */
+/* The entries of the open directory fd (closed here), sorted by their names' bytes. */
 static cJSON *list_entries(int fd) {
   DIR *d = fdopendir(fd);
   if (!d) { close(fd); return NULL; }
   size_t n = 0, cap = 16;
-  cJSON **items = malloc(cap * sizeof *items);
+  listed *items = malloc(cap * sizeof *items);
+  if (!items) abort();
   for (struct dirent *e; (e = readdir(d));) {
     if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-    if (n == cap) items = realloc(items, (cap *= 2) * sizeof *items);
-    items[n++] = dir_entry(dirfd(d), e->d_name);
+    if (n == cap && !(items = realloc(items, (cap *= 2) * sizeof *items))) abort();
+    items[n++] = (listed){strdup(e->d_name), dir_entry(dirfd(d), e->d_name)};
   }
   closedir(d);
   qsort(items, n, sizeof *items, by_name);
   cJSON *array = cJSON_CreateArray();
-  for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(array, items[i]);
+  for (size_t i = 0; i < n; i++) { cJSON_AddItemToArray(array, items[i].obj); free(items[i].name); }
   free(items);
   return array;
 }

@@ -12,6 +12,7 @@
 
 #include "bwrap_probe.h"
 #include "context.h"
+#include "fd_reserve.h"
 #include "process.h"
 #include "profile.h"
 #include "relay_sched.h"
@@ -62,6 +63,7 @@ static int serve(int argc, char **argv) {
   relay_sched_enter(&ctx->sched);
   spawn_setup_init(&ctx->spawn, &ctx->sched);
   strays_init();
+  fd_reserve_restore();
   ctx->loop = uv_default_loop();
   int rc = server_start(ctx->loop) < 0 ? 1 : 0;
   if (rc == 0) uv_run(ctx->loop, UV_RUN_DEFAULT);
@@ -75,6 +77,7 @@ static int serve(int argc, char **argv) {
   strays_free();
   bwrap_probe_free();
   profiles_free();
+  fd_reserve_release();
   return rc;
 }
 

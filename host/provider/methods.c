@@ -54,6 +54,10 @@ void methods_dispatch(request *r, const cJSON *params) {
     const struct method *m = &methods[i];
     if (strcmp(m->name, r->method) != 0) continue;
     if (m->plain) { m->plain(r, params); return; }
+    if (!params) {
+      reply_error(r, "invalid_request", "%s: the request has no `params`: an object with `session` (the object open returned)", r->method);
+      return;
+    }
     session *s = lookup_session(r, params);
     if (s) m->with_session(r, s, params);
     return;

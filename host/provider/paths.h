@@ -1,5 +1,7 @@
 /*
-** Session paths to file descriptors, never outside the session.
+** Session paths to file descriptors, never outside the session, never
+** onto another filesystem mounted below it (RESOLVE_NO_XDEV: a file
+** operation never waits on a filesystem a command could serve).
 **
 ** A path (relative to the session's cwd, or absolute as commands see it)
 ** is first normalised by text (".", "..", "//") and must then lie in one of
@@ -17,18 +19,27 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
-#include "params.h"
+#include <cjson/cJSON.h>
+
+#include "failure.h"
 #include "session.h"
 
 typedef struct resolved {
   int area_fd;               /* the session's workspace_fd or tmp_fd (not owned) */
   char rel[PATH_MAX];        /* beneath the area; "." is the area itself */
   char view[PATH_MAX];       /* the normalised path as commands see it */
-  const char *given;         /* the path as the request wrote it (for messages) */
+  char given[PATH_MAX];      /* the path as the request wrote it (for messages; cut if longer) */
 } resolved;
 
-/* Resolves path for the method `what`; false with a failure that names both. */
+/*
+** Resolves path for the method `what`; false with a failure that names
+** both. A component longer than NAME_MAX is refused here, before any
+** file operation could shorten it.
+*/
 bool path_resolve(const session *s, const char *what, const char *path, resolved *out, failure *f);
+
+/* Resolves the request's `path` (or `path_base64`, for a name that is not UTF-8: names.h). */
+bool path_param(const session *s, const char *what, const cJSON *params, resolved *out, failure *f);
 
 /* openat2 of out->rel beneath its area. Returns an fd (O_CLOEXEC) or -errno. */
 int path_open(const resolved *p, int flags, mode_t mode);

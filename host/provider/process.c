@@ -445,6 +445,12 @@ bool proc_stdin_open(const proc *p) {
 }
 
 void proc_write_stdin(proc *p, char *data, size_t len, bool eof, request *r) {
+  if (len && p->in_pending >= PROC_STDIN_QUEUE) {
+    free(data);
+    reply_error(r, "limit_exceeded", "write_stdin: %zu bytes already wait for the stdin of process %s (it is not reading); "
+                "at most %u may wait: send more once earlier writes are answered", p->in_pending, p->id, PROC_STDIN_QUEUE);
+    return;
+  }
   if (eof) p->in_eof = true;
   if (len) { queue_stdin(p, data, len, r); return; }
   free(data);

@@ -24,6 +24,8 @@
 
 /* Also the most a request may ask for: both streams' base64 must fit the host's 256 MiB line cap. */
 #define PROC_MAX_OUTPUT (64ull * 1024 * 1024)
+/* Bytes that may wait for a process's stdin before write_stdin is refused (one more write may pass it). */
+#define PROC_STDIN_QUEUE (16u * 1024 * 1024)
 
 typedef struct outstream {
   uv_pipe_t pipe;
@@ -96,7 +98,11 @@ void proc_wait(proc *p, request *r, uint64_t timeout_ms);
 /* Sends signo to the process's group. 0 or -errno. */
 int proc_signal(proc *p, int signo);
 
-/* Queues data (taken over) to stdin, closing it after when eof; r is answered once written. */
+/*
+** Queues data (taken over) to stdin, closing it after when eof; r is
+** answered once written, or at once with limit_exceeded while
+** PROC_STDIN_QUEUE bytes or more already wait.
+*/
 void proc_write_stdin(proc *p, char *data, size_t len, bool eof, request *r);
 
 /* Whether the process's stdin still takes writes. */

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "process_methods.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,7 +106,9 @@ static proc *start(request *r, session *s, const cJSON *params, bool is_exec) {
   if (!parse_opts(s, params, &o, &f)) { opts_free(&o); reply_failure(r, &f); return NULL; }
   int err = 0;
   proc *p = proc_start(s, is_exec, &o, &err);
-  if (!p) reply_error(r, errno_code(-err), "%s: cannot start `%s`: %s", r->method, o.argv[0], strerror(-err));
+  /* EAGAIN from fork: the user's process limit (RLIMIT_NPROC) */
+  const char *code = err == -EAGAIN ? "limit_exceeded" : errno_code(-err);
+  if (!p) reply_error(r, code, "%s: cannot start `%s`: %s", r->method, o.argv[0], strerror(-err));
   opts_free(&o);
   return p;
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base64.h"
+#include "utf8.h"
 #include "wire.h"
 
 /* Appends s to the line being composed. */
@@ -19,12 +20,31 @@ static char *append(char *p, const char *s, size_t n) {
 }
 
 /*
+** OBJ as JSON text, valid UTF-8 whatever its strings hold. cJSON copies
+** bytes of 0x80 and above as they are, so a name or message that came from
+** outside (a file name in a message) could carry bytes that are no UTF-8;
+** those only occur inside strings, where U+FFFD in their place keeps the
+** text valid JSON. Checking is one pass over a short text: the large
+** payloads of a line are base64, added after.
+*/
+static char *printed(const cJSON *obj) {
+  char *text = cJSON_PrintUnformatted(obj);
+  if (!text) abort();
+  size_t len = strlen(text);
+  if (utf8_valid(text, len, NULL)) return text;
+  char *repaired = utf8_repair(text, len, NULL);
+  if (!repaired) abort();
+  free(text);
+  return repaired;
+}
+
+/*
 ** Builds `{"id":ID,"KIND":OBJ}\n` where the blobs become extra string
 ** fields of OBJ, base64-encoded straight into the line: an exec result can
 ** hold 64 MiB per stream, and this is its only copy.
 */
 static void compose(const char *id_json, const char *kind, cJSON *obj, const blob *blobs, size_t nblobs) {
-  char *text = cJSON_PrintUnformatted(obj);
+  char *text = printed(obj);
   cJSON_Delete(obj);
   size_t tlen = strlen(text) - 1;   /* without the closing '}' */
   size_t total = strlen(id_json) + strlen(kind) + tlen + 32;
@@ -82,10 +102,10 @@ void reply_failure(request *r, const failure *f) {
 }
 
 void reply_error(request *r, const char *code, const char *fmt, ...) {
-  failure f = {.code = code};
+  failure f;
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(f.message, sizeof f.message, fmt, ap);
+  vfail(&f, code, fmt, ap);
   va_end(ap);
   reply_failure(r, &f);
 }

@@ -12,10 +12,13 @@
 
 #include "failure.h"
 
+/* A method name is shorter than this (longer ones are no method). */
+#define REQUEST_METHOD_MAX 32
+
 /* One request in flight, owned by whoever answers it. */
 typedef struct request {
   char *id_json;        /* the id exactly as it must be echoed: "\"a\"", "1" or "null" */
-  char method[32];
+  char method[REQUEST_METHOD_MAX];
 } request;
 
 /* Raw bytes sent as a base64 string field of a reply, encoded straight into the line. */

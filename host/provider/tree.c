@@ -1,8 +1,21 @@
 /*
-** Removing whole trees (see tree.h): through directory fds and *at()
-** calls with O_NOFOLLOW, so a link in the tree is never followed, whatever
-** it points to, and a link swapped in mid-walk fails the open instead of
-** leading elsewhere.
+** Removing whole trees (see tree.h), of any depth, with a few
+** descriptors and constant memory: no recursion, no descriptor per level.
+**
+** The tree is flattened as it goes. The directory being removed, TOP, is
+** held open; each subdirectory D found in TOP is opened, its files are
+** unlinked, and each directory inside D is moved up into TOP under a name
+** of our own (renameat2 with RENAME_NOREPLACE, numbered); then D is empty
+** and goes. The moved directories are taken next, by number, so a chain
+** 5000 levels deep costs 5000 moves and never more than three open
+** directories. Everything happens through directory fds and *at() calls
+** with O_NOFOLLOW, and nothing moves out of TOP, so a link in the tree is
+** never followed and a link swapped in mid-walk fails an open instead of
+** leading elsewhere. No step uses "..".
+**
+** Commands may still be writing while `remove` runs: TOP is listed again
+** until it is found empty, or a pass makes no progress (then the first
+** error says why, e.g. a mount point below it).
 */
 #define _GNU_SOURCE
 #include "tree.h"
@@ -10,13 +23,32 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Deeper trees are left in place below this depth (each level holds one fd). */
-#define MAX_DEPTH 1024
+#include "fd_reserve.h"
+
+/* The names directories get when moved up into TOP. */
+#define HOISTED "#smolwf-rm.%lu"
+/* A pass over TOP that keeps finding new entries (a command still writing) gives up after this many. */
+#define MAX_PASSES 1000
+
+typedef struct removal {
+  int top;                 /* the directory being emptied */
+  unsigned long next;      /* the number the next moved directory gets */
+  int err;                 /* the first error (negative errno), 0 while none */
+} removal;
+
+static void note(removal *rm, int err) {
+  if (rm->err == 0 && err != 0) rm->err = -err;
+}
+
+static bool is_dot(const char *name) {
+  return strcmp(name, ".") == 0 || strcmp(name, "..") == 0;
+}
 
 /*
 ** A command may leave a directory without write or search permission; an
@@ -36,30 +68,108 @@ static int open_dir_for_removal(int dirfd, const char *name) {
   return openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 }
 
-static int empty_dir(int fd, int depth) {
-  DIR *d = fdopendir(fd);
-  if (!d) { int err = errno; close(fd); return -err; }
-  int rc = 0;
-  fchmod(fd, 0700);
+/* Moves directory `name` of dir up into TOP under the next number of our own. */
+static bool hoist(removal *rm, int dir, const char *name) {
+  for (;;) {
+    char moved[64];
+    snprintf(moved, sizeof moved, HOISTED, rm->next++);
+    if (renameat2(dir, name, rm->top, moved, RENAME_NOREPLACE) == 0) return true;
+    if (errno != EEXIST) { note(rm, errno); return false; }
+  }
+}
+
+/* Unlinks what dir holds and moves its directories up; true when it changed anything. */
+static bool flatten(removal *rm, int dir) {
+  int fd = dup(dir);
+  DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+  if (!d) { note(rm, errno); if (fd >= 0) close(fd); return false; }
+  fchmod(dir, 0700);
+  bool changed = false;
   for (struct dirent *e; (e = readdir(d));) {
-    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-    if (e->d_type != DT_DIR && e->d_type != DT_UNKNOWN && unlinkat(fd, e->d_name, 0) == 0) continue;
-    int sub = depth < MAX_DEPTH ? open_dir_for_removal(fd, e->d_name) : -1;
-    if (sub < 0) { if (unlinkat(fd, e->d_name, 0) < 0 && rc == 0) rc = -errno; continue; }
-    int r = empty_dir(sub, depth + 1);
-    if (r == 0 && unlinkat(fd, e->d_name, AT_REMOVEDIR) < 0) r = -errno;
-    if (r < 0 && rc == 0) rc = r;
+    if (is_dot(e->d_name)) continue;
+    if (e->d_type != DT_DIR && unlinkat(dir, e->d_name, 0) == 0) { changed = true; continue; }
+    if (e->d_type != DT_DIR && errno != EISDIR) { note(rm, errno); continue; }
+    changed |= hoist(rm, dir, e->d_name);
   }
   closedir(d);
+  return changed;
+}
+
+/* Removes directory `name` of TOP: flattens it into TOP, then removes it. True when anything went. */
+static bool take_dir(removal *rm, const char *name) {
+  int dir = open_dir_for_removal(rm->top, name);
+  if (dir < 0 && errno == ENOENT) return false;   /* listed once more after it was taken */
+  if (dir < 0) { note(rm, errno); return false; }
+  bool changed = flatten(rm, dir);
+  close(dir);
+  if (unlinkat(rm->top, name, AT_REMOVEDIR) == 0) return true;
+  if (errno != ENOTEMPTY && errno != EEXIST) note(rm, errno);
+  return changed;
+}
+
+/* Takes the directories moved up since `from` (more are moved meanwhile), by number. */
+static bool take_hoisted(removal *rm, unsigned long from) {
+  bool changed = false;
+  for (unsigned long i = from; i < rm->next; i++) {
+    char moved[64];
+    snprintf(moved, sizeof moved, HOISTED, i);
+    changed |= take_dir(rm, moved);
+  }
+  return changed;
+}
+
+/* One pass over TOP's entries; true when it changed anything, *empty when it found none. */
+static bool pass(removal *rm, bool *empty) {
+  *empty = false;
+  int fd = dup(rm->top);
+  DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+  if (!d) { note(rm, errno); if (fd >= 0) close(fd); return false; }
+  *empty = true;
+  fchmod(rm->top, 0700);
+  bool changed = false;
+  for (struct dirent *e; (e = readdir(d));) {
+    if (is_dot(e->d_name)) continue;
+    *empty = false;
+    unsigned long from = rm->next;
+    if (e->d_type != DT_DIR && unlinkat(rm->top, e->d_name, 0) == 0) { changed = true; continue; }
+    if (e->d_type != DT_DIR && errno != EISDIR) { note(rm, errno); continue; }
+    changed |= take_dir(rm, e->d_name);
+    changed |= take_hoisted(rm, from);
+  }
+  closedir(d);
+  return changed;
+}
+
+/* Empties the directory open at top. 0 or -errno. */
+static int empty_tree(int top) {
+  removal rm = {.top = top};
+  for (int i = 0; i < MAX_PASSES; i++) {
+    bool empty;
+    bool changed = pass(&rm, &empty);
+    if (empty) return 0;
+    if (!changed) break;
+    rm.err = 0;   /* it moved on: a later pass may still clear what failed */
+  }
+  return rm.err ? rm.err : -ENOTEMPTY;
+}
+
+static int remove_once(int dirfd, const char *name) {
+  if (unlinkat(dirfd, name, 0) == 0) return 0;
+  if (errno != EISDIR && errno != EPERM) return -errno;
+  int top = open_dir_for_removal(dirfd, name);
+  if (top < 0) return -errno;
+  int rc = empty_tree(top);
+  close(top);
+  if (rc == 0 && unlinkat(dirfd, name, AT_REMOVEDIR) < 0) rc = -errno;
   return rc;
 }
 
 int tree_remove(int dirfd, const char *name) {
-  if (unlinkat(dirfd, name, 0) == 0) return 0;
-  if (errno != EISDIR && errno != EPERM) return -errno;
-  int fd = open_dir_for_removal(dirfd, name);
-  if (fd < 0) return -errno;
-  int rc = empty_dir(fd, 0);
-  if (rc == 0 && unlinkat(dirfd, name, AT_REMOVEDIR) < 0) rc = -errno;
+  int rc = remove_once(dirfd, name);
+  if (rc != -EMFILE && rc != -ENFILE) return rc;
+  /* Out of descriptors: removal must still happen, so spend the ones kept back for it. */
+  fd_reserve_release();
+  rc = remove_once(dirfd, name);
+  fd_reserve_restore();
   return rc;
 }

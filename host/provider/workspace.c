@@ -81,8 +81,11 @@ static void keep_times(int fd, const struct stat *st) {
 }
 
 static bool copy_file(int src, int dst, const char *name, const struct stat *st, const char *where, copy_ctx *c) {
-  int in = openat(src, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  /* O_NONBLOCK: a file swapped for a FIFO since its stat must not block the open */
+  int in = openat(src, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (in < 0) return fail_copy(c, errno, "reading workspace file", where);
+  struct stat now;
+  if (fstat(in, &now) < 0 || !S_ISREG(now.st_mode)) { close(in); return true; }   /* no longer a file: skipped */
   int out = openat(dst, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (out < 0) { close(in); return fail_errno(c->f, errno, "creating workspace file", where); }
   bool ok = copy_data(in, out, where, c);

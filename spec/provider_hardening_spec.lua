@@ -1,0 +1,320 @@
+-- The bundled provider against hostile commands and hostile lines
+-- (host/provider/file_open.c, tree.c, envelope.c, names.c, reply.c,
+-- fd_reserve.c, bwrap_args.c): special files never block the loop, trees
+-- of any depth are removed, every line written is valid UTF-8 JSON, bad
+-- lines either mean exactly what they say or are refused by their id,
+-- running out of descriptors leaves nothing behind, /etc is masked by
+-- rule, and stdin queues are bounded. Each runs on both profiles where
+-- the difference matters. Real provider, real commands.
+local ph = dofile("spec/fixtures/provider_helpers.lua")
+local core = require "smol.core"
+
+local PROFILES = {"local/default", "bwrap/default"}
+
+local function profile_of(name)
+  local provider, pname = name:match("^(.-)/(.*)$")
+  return {profile = {provider = provider, name = pname}}
+end
+
+-- A connection whose every stdout line is also kept raw in conn.raw_lines.
+local function start_recording(opts)
+  local conn = ph.start(opts)
+  conn.raw_lines = {}
+  local on_line = conn.on_line
+  conn.on_line = function(self, line)
+    self.raw_lines[#self.raw_lines + 1] = line
+    return on_line(self, line)
+  end
+  return conn
+end
+
+local function assert_lines_utf8(conn)
+  for _, line in ipairs(conn.raw_lines) do
+    assert.is_truthy(utf8.len(line), "a reply line is not valid UTF-8: " .. line:sub(1, 120))
+  end
+end
+
+local function sh(conn, s, script)
+  local req = ph.exec(conn, s, {"sh", "-c", script})
+  assert.equals(0, req.result and req.result.exit_code, script)
+  return ph.unb64(req.result.stdout_base64)
+end
+
+-- Spawns argv and waits until it has printed `ready` (the process keeps running).
+local function spawn_ready(conn, s, argv)
+  local sp = ph.op(conn, s, "spawn", {argv = argv})
+  local id = assert(sp.result, "spawn failed").process_id
+  local seen = ""
+  assert.is_true(ph.poll_until(function()
+    local w = ph.op(conn, s, "wait", {process_id = id, timeout_ms = 100})
+    seen = seen .. ph.unb64(w.result and w.result.stdout_base64)
+    return seen:find("ready", 1, true) ~= nil
+  end, 10), "never ready: " .. seen)
+  return id
+end
+
+for _, profile in ipairs(PROFILES) do
+  describe("provider hardening, " .. profile .. ":", function()
+    after_each(function()
+      ph.stop_all()
+    end)
+
+    it("read_file and write_file of a FIFO are refused at once, with or without a process at its other end", function()
+      local conn = ph.start()
+      local s = ph.open(conn, profile_of(profile))
+      sh(conn, s, "mkfifo lonely held")
+      spawn_ready(conn, s, {"sh", "-c", "exec 3<>held; echo ready; exec sleep 60"})
+      for _, path in ipairs({"lonely", "held"}) do
+        local r = ph.op(conn, s, "read_file", {path = path}, {timeout = 5})
+        assert.equals("invalid_request", r.error and r.error.code, path)
+        assert.matches("FIFO", r.error.message)
+        local w = ph.op(conn, s, "write_file", {path = path, content_base64 = ph.b64("x")}, {timeout = 5})
+        assert.equals("invalid_request", w.error and w.error.code, path)
+        assert.matches("FIFO", w.error.message)
+      end
+      assert.is_table(conn:call("describe", {}, {timeout = 5}).result)
+    end)
+
+    it("a file another process holds a lease on is io_error at once, not a 45 s wait", function()
+      local conn = ph.start()
+      local s = ph.open(conn, profile_of(profile))
+      assert.is_table(ph.op(conn, s, "write_file", {path = "leased", content_base64 = ph.b64("data")}).result)
+      -- a write lease stops every open, a read lease every open for writing
+      for _, case in ipairs({{"F_WRLCK", "read_file"}, {"F_RDLCK", "write_file"}}) do
+        spawn_ready(conn, s, {"python3", "-c", table.concat({
+          "import fcntl, os, time",
+          "fd = os.open('leased', os.O_RDONLY)",
+          "fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl." .. case[1] .. ")",
+          "print('ready', flush=True)", "time.sleep(60)"}, "\n")})
+        local t0 = core.now()
+        local r = ph.op(conn, s, case[2], {path = "leased", content_base64 = ph.b64("x")}, {timeout = 5})
+        assert.is_true(core.now() - t0 < 5, case[2] .. " waited for the lease")
+        assert.equals("io_error", r.error and r.error.code, case[2])
+        assert.matches("lease", r.error.message)
+      end
+      assert.equals("data", ph.unb64(ph.op(conn, s, "read_file", {path = "leased"}).result.content_base64))
+    end)
+
+    it("remove, close and shutdown take directory chains 5000 levels deep", function()
+      local root = ph.tempdir()
+      local conn = ph.start({env_extra = {XDG_RUNTIME_DIR = root}})
+      local s = ph.open(conn, profile_of(profile))
+      local deep = table.concat({
+        "import os, sys", "os.chdir(os.environ['TMPDIR'] if sys.argv[1] == 'TMP' else '.')",
+        "for _ in range(5000):", "    os.mkdir('d')", "    os.chdir('d')",
+        "open('f', 'w').write('x')", "os.mkdir('ro')", "os.chmod('ro', 0)"}, "\n")
+      for _, base in ipairs({".", "TMP"}) do
+        local r = ph.exec(conn, s, {"python3", "-c", deep, base}, {}, {timeout = 60})
+        assert.equals(0, r.result and r.result.exit_code, ph.unb64(r.result and r.result.stderr_base64))
+      end
+      local tmp_d = s.cwd:gsub("workspace$", "tmp") .. "/d"
+      if profile == "bwrap/default" then tmp_d = "/tmp/d" end
+      assert.same({}, ph.op(conn, s, "remove", {path = "d"}, {timeout = 60}).result)
+      assert.equals("not_found", ph.op(conn, s, "stat", {path = "d"}).error.code)
+      assert.same({}, ph.op(conn, s, "remove", {path = tmp_d}, {timeout = 60}).result)
+      for _, base in ipairs({".", "TMP"}) do ph.exec(conn, s, {"python3", "-c", deep, base}, {}, {timeout = 60}) end
+      local s2 = ph.open(conn, profile_of(profile))
+      ph.exec(conn, s2, {"python3", "-c", deep, "."}, {}, {timeout = 60})
+      assert.same({}, conn:call("close", s, {timeout = 60}).result)
+      local provider_root = assert(ph.list(root)[1])
+      assert.same({"s2"}, ph.list(root .. "/" .. provider_root))
+      assert.same({}, conn:call("shutdown", {}, {timeout = 60}).result)
+      assert.is_true(conn:wait_exit(10))
+      assert.same({}, ph.list(root))
+    end)
+
+    it("lists a name that is not UTF-8 in valid JSON, with name_base64, and reaches it by path_base64", function()
+      local conn = start_recording()
+      local s = ph.open(conn, profile_of(profile))
+      sh(conn, s, [[printf hi > "$(printf 'a\377\376')"; mkdir "$(printf 'dir\377')"; : > plain]])
+      local entries = ph.op(conn, s, "list_dir", {path = "."}).result.entries
+      assert_lines_utf8(conn)
+      assert.equals(3, #entries)
+      local odd = entries[1]
+      assert.equals("a\u{FFFD}\u{FFFD}", odd.name)
+      assert.equals("a\255\254", ph.unb64(odd.name_base64))
+      assert.equals("dir\255", ph.unb64(entries[2].name_base64))
+      assert.same({name = "plain", type = "file", size = 0}, entries[3])
+      local path_b64 = ph.b64("a\255\254")
+      assert.equals("hi", ph.unb64(ph.op(conn, s, "read_file", {path_base64 = path_b64}).result.content_base64))
+      assert.equals("file", ph.op(conn, s, "stat", {path_base64 = path_b64}).result.type)
+      local missing = ph.op(conn, s, "read_file", {path_base64 = ph.b64("nope\255")})
+      assert.equals("not_found", missing.error.code)
+      assert.equals("invalid_request", ph.op(conn, s, "stat", {path_base64 = ph.b64("a\0b")}).error.code)
+      assert.same({}, ph.op(conn, s, "remove", {path_base64 = path_b64}).result)
+      assert.equals(2, #ph.op(conn, s, "list_dir", {path = "."}).result.entries)
+      assert_lines_utf8(conn)
+    end)
+
+    it("fails an open that runs out of descriptors with limit_exceeded, leaving no directory", function()
+      local failures, from_sandbox = 0, false
+      for limit = 40, 47 do
+        local root = ph.tempdir()
+        local conn = ph.start({prefix = {"prlimit", "--nofile=" .. limit .. ":" .. limit, "--"},
+                               env_extra = {XDG_RUNTIME_DIR = root}})
+        local opened, failed = {}, nil
+        while not failed and #opened < 40 do
+          local req = conn:call("open", ph.open_params(profile_of(profile)), {timeout = 10})
+          if req.result then opened[#opened + 1] = req.result else failed = req end
+        end
+        assert.is_table(failed and failed.error, "no open failed at " .. limit .. " descriptors")
+        assert.equals("limit_exceeded", failed.error.code, failed.error.message)
+        failures = failures + 1
+        from_sandbox = from_sandbox or failed.error.message:find("sandbox", 1, true) ~= nil
+        local provider_root = ph.list(root)[1]
+        assert.equals(#opened, #ph.list(root .. "/" .. provider_root))
+        for _, s in ipairs(opened) do assert.same({}, conn:call("close", s).result) end
+        assert.same({}, ph.list(root .. "/" .. provider_root))
+        for _, line in ipairs(conn.stderr_tail) do assert.is_nil(line:find("Is a directory", 1, true), line) end
+      end
+      assert.equals(8, failures)
+      if profile == "bwrap/default" then assert.is_true(from_sandbox, "no failure in the sandbox's own start") end
+    end)
+
+    it("bounds the bytes waiting for a process's stdin", function()
+      local conn = ph.start()
+      local s = ph.open(conn, profile_of(profile))
+      local id = ph.op(conn, s, "spawn", {argv = {"sleep", "60"}}).result.process_id
+      local chunk = ph.b64(string.rep("x", 8 * 1024 * 1024))
+      local reqs = {}
+      for i = 1, 6 do reqs[i] = ph.op(conn, s, "write_stdin", {process_id = id, data_base64 = chunk}, {timeout = 0.5}) end
+      local refused = 0
+      for _, r in ipairs(reqs) do
+        if r.error then
+          refused = refused + 1
+          assert.equals("limit_exceeded", r.error.code)
+          assert.matches("stdin", r.error.message)
+        end
+      end
+      assert.equals(4, refused)
+      assert.same({}, ph.op(conn, s, "kill", {process_id = id, signal = "KILL"}).result)
+    end)
+  end)
+end
+
+describe("provider hardening: lines", function()
+  after_each(function()
+    ph.stop_all()
+  end)
+
+  -- Sends a raw line expecting replies under id; returns the request record.
+  local function raw(conn, id, line)
+    local req = conn:send_line(id, "raw", line)
+    conn:wait(req, 5)
+    return req
+  end
+
+  it("refuses duplicate keys, by the request's id, at any depth", function()
+    local conn = start_recording()
+    local r = raw(conn, 1, '{"id":1,"method":"shutdown","method":"describe"}')
+    assert.equals("invalid_request", r.error and r.error.code)
+    assert.matches("duplicate key `method`", r.error.message)
+    local s = ph.open(conn)
+    local env = raw(conn, 2, ph.encode({id = 2, method = "exec", params = {session = s, argv = {"true"}}})
+      :gsub('"argv"', '"env":{"A":"1","A":"2"},"argv"'))
+    assert.matches("duplicate key `A`", env.error.message)
+    assert.equals(0, #conn.null_replies)
+    assert.is_table(conn:call("describe", {}).result)
+  end)
+
+  it("echoes ids exactly or refuses them: integers below 2^53, strings without NUL", function()
+    local conn = start_recording()
+    raw(conn, 9007199254740991, '{"id":9007199254740991,"method":"describe"}')
+    assert.matches('^{"id":9007199254740991,"result"', conn.raw_lines[#conn.raw_lines])
+    conn:send_raw('{"id":9007199254740993,"method":"describe"}')
+    conn:send_raw('{"id":"a\\u0000b","method":"describe"}')
+    assert.is_true(ph.wait_until(function() return #conn.null_replies == 2 end, 5))
+    for _, reply in ipairs(conn.null_replies) do assert.equals("invalid_request", reply.error.code) end
+    assert.same({}, conn.violations)
+  end)
+
+  it("answers each request of a line that holds two, and refuses text after a request", function()
+    local conn = start_recording()
+    local one, two = conn:track(1, "describe"), conn:track(2, "describe")
+    conn:send_raw('{"id":1,"method":"describe"} {"id":2,"method":"describe"}')
+    assert.is_true(conn:wait(one, 5) and conn:wait(two, 5))
+    for _, r in ipairs({one, two}) do
+      assert.equals("invalid_request", r.error and r.error.code)
+      assert.matches("one request per line", r.error.message)
+    end
+    local trailing = raw(conn, 3, '{"id":3,"method":"describe"} xyz')
+    assert.equals("invalid_request", trailing.error and trailing.error.code)
+    assert.matches("text after the request", trailing.error.message)
+  end)
+
+  it("refuses NUL in a method or a path instead of reading up to it", function()
+    local conn = start_recording()
+    local m = raw(conn, 4, '{"id":4,"method":"describe\\u0000shutdown"}')
+    assert.equals("invalid_request", m.error and m.error.code)
+    assert.matches("NUL", m.error.message)
+    local s = ph.open(conn)
+    local line = ph.encode({id = 5, method = "write_file", params = {session = s, path = "PATH", content_base64 = ""}})
+    local w = raw(conn, 5, (line:gsub("PATH", "x\\u0000/../..")))
+    assert.equals("invalid_request", w.error and w.error.code)
+    assert.same({}, ph.op(conn, s, "list_dir", {path = "."}).result.entries)
+    assert.is_table(conn:call("describe", {}).result)
+  end)
+
+  it("refuses a path component longer than 255 bytes before creating anything", function()
+    local conn = start_recording()
+    local s = ph.open(conn)
+    local long = string.rep("c", 300)
+    for _, method in ipairs({"create_dir_all", "write_file", "stat"}) do
+      local r = ph.op(conn, s, method, {path = "a/" .. long .. "/b", content_base64 = ""})
+      assert.equals("invalid_request", r.error and r.error.code, method)
+      assert.matches("longer than 255 bytes", r.error.message)
+    end
+    assert.same({}, ph.op(conn, s, "list_dir", {path = "."}).result.entries)
+  end)
+
+  it("writes only valid UTF-8: a line that is not UTF-8, messages cut at a byte count", function()
+    local conn = start_recording()
+    conn:send_raw("\255\254 not json")
+    local bad = raw(conn, 6, '{"id":6,"method":"describe","params":{"x":"\255"}}')
+    assert.equals("invalid_request", bad.error and bad.error.code)
+    assert.matches("not valid UTF%-8", bad.error.message)
+    conn:send_raw("x" .. string.rep("€", 40))
+    local long_method = raw(conn, 7, ph.encode({id = 7, method = string.rep("€", 30)}))
+    assert.equals("unknown_method", long_method.error.code)
+    local s = ph.open(conn)
+    local long_path = string.rep(string.rep("€", 80) .. "/", 6)
+    assert.is_table(ph.op(conn, s, "read_file", {path = long_path}).error)
+    assert.is_true(ph.wait_until(function() return #conn.null_replies == 2 end, 5))
+    assert_lines_utf8(conn)
+    assert.same({}, conn.violations)
+  end)
+
+  it("names `params` when a request has none", function()
+    local conn = ph.start()
+    local r = raw(conn, 8, '{"id":8,"method":"read_file"}')
+    assert.equals("invalid_request", r.error and r.error.code)
+    assert.matches("`params`", r.error.message)
+  end)
+end)
+
+describe("provider hardening: /etc in a bwrap session", function()
+  after_each(function()
+    ph.stop_all()
+  end)
+
+  it("shows every file of /etc that others may not read as empty, and such directories as empty", function()
+    local finder = io.popen("find /etc -xdev ! -perm -o=r \\( -type f -o -type d \\) -printf '%y %p\\n' 2>/dev/null")
+    local files, dirs = {}, {}
+    for line in finder:lines() do
+      local kind, path = line:match("^(%a) (.*)$")
+      if kind == "f" then files[#files + 1] = path else dirs[#dirs + 1] = path end
+    end
+    finder:close()
+    local conn = ph.start()
+    local s = ph.open(conn, profile_of("bwrap/default"))
+    local script = [[for f in "$@"; do
+      if [ -d "$f" ]; then [ -n "$(ls -A "$f" 2>/dev/null)" ] && echo "listed: $f"
+      else n=$(cat "$f" 2>/dev/null | wc -c); [ "$n" -gt 0 ] && echo "read $n bytes: $f"; fi
+    done; true]]
+    local argv = {"sh", "-c", script, "sh"}
+    for _, p in ipairs(files) do argv[#argv + 1] = p end
+    for _, p in ipairs(dirs) do argv[#argv + 1] = p end
+    local r = ph.exec(conn, s, argv)
+    assert.equals("", ph.unb64(r.result.stdout_base64))
+  end)
+end)
