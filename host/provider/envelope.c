@@ -36,6 +36,7 @@
 
 /* Calls fn(at) for each \u0000 escape inside a string of the line (at: the offset of its 'u'). */
 static size_t each_nul_escape(char *line, size_t len, void (*fn)(char *line, size_t at)) {
+  if (!memmem(line, len, "\\u0000", 6)) return 0;   /* the common case, found at memmem's speed */
   size_t found = 0;
   bool in_string = false, escaped = false;
   for (size_t i = 0; i < len; i++) {
