@@ -292,6 +292,43 @@ describe("provider hardening: lines", function()
   end)
 end)
 
+describe("provider hardening: a local session's processes when the provider is killed", function()
+  after_each(function()
+    ph.stop_all()
+  end)
+
+  it("leaves no command and no grandchild running after SIGKILL", function()
+    local root = ph.tempdir()
+    local conn = ph.start({env_extra = {XDG_RUNTIME_DIR = root}})
+    local s = ph.open(conn)
+    local ids, pids = {}, {}
+    for i = 1, 50 do
+      -- half of the grandchildren leave their group too, as a daemon would
+      local script = (i % 2 == 0 and "setsid " or "") .. "sleep 300 & echo $! $$; exec sleep 300"
+      ids[i] = ph.op(conn, s, "spawn", {argv = {"sh", "-c", script}}).result.process_id
+    end
+    for _, id in ipairs(ids) do
+      local out = ""
+      assert.is_true(ph.poll_until(function()
+        out = out .. ph.unb64(ph.op(conn, s, "wait", {process_id = id, timeout_ms = 0}).result.stdout_base64)
+        return out:find("\n", 1, true) ~= nil
+      end, 10))
+      for pid in out:gmatch("%d+") do pids[#pids + 1] = pid end
+    end
+    assert.equals(100, #pids)
+    conn.proc:kill("KILL")
+    assert.is_true(conn:wait_exit(5))
+    conn.proc:close()
+    assert.is_true(ph.poll_until(function()
+      for _, pid in ipairs(pids) do if ph.alive(pid) then return false end end
+      return true
+    end, 10), "a process of the session outlived its provider")
+    local next_one = ph.start({env_extra = {XDG_RUNTIME_DIR = root}})
+    ph.open(next_one)   -- and its files go with the next provider's sweep
+    assert.equals(1, #ph.list(root))
+  end)
+end)
+
 describe("provider hardening: /etc in a bwrap session", function()
   after_each(function()
     ph.stop_all()

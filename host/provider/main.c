@@ -2,6 +2,7 @@
 ** smolwf-provider: the bundled sandbox provider.
 **   smolwf-provider serve [--profiles FILE]   JSON Lines on stdin/stdout (docs/protocol.md)
 **   smolwf-provider helper                    internal: runs inside a bubblewrap session
+**   smolwf-provider keeper ROOT               internal: ends local sessions' processes if the provider is killed
 */
 #define _GNU_SOURCE
 #include <signal.h>
@@ -13,6 +14,7 @@
 #include "bwrap_probe.h"
 #include "context.h"
 #include "fd_reserve.h"
+#include "keeper.h"
 #include "process.h"
 #include "profile.h"
 #include "relay_sched.h"
@@ -87,5 +89,6 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "--version") == 0) { printf("smolwf-provider %s\n", SMOLWF_VERSION); return 0; }
   if (strcmp(argv[1], "serve") == 0) return serve(argc, argv);
   if (strcmp(argv[1], "helper") == 0) return sandbox_helper_main(argc, argv);
+  if (strcmp(argv[1], "keeper") == 0) return keeper_main(argc, argv);
   return usage_error("unknown command `%s`", argv[1]);
 }

@@ -19,12 +19,14 @@
 #include <unistd.h>
 
 #include "context.h"
+#include "keeper.h"
 #include "tree.h"
 
 /* The root (the context's part). */
 typedef struct provider_root {
   char *path;
   int fd;
+  int keeper_fd;           /* the write end of the keeper's pipe (keeper.h), -1 without one */
 } provider_root;
 
 const char *root_base(void) {
@@ -97,6 +99,8 @@ const char *root_path(void) {
   const char *base = root_base();
   sweep_abandoned_roots(base);
   if (!make_root(r, base)) { free(r); return NULL; }
+  r->keeper_fd = keeper_start(r->path);
+  if (r->keeper_fd < 0) fprintf(stderr, "smolwf-provider: cannot start the keeper of %s: %s\n", r->path, strerror(errno));
   ctx->root = r;
   return r->path;
 }
@@ -111,6 +115,7 @@ void root_remove(void) {
   provider_root *r = ctx->root;
   if (!r) return;
   close(r->fd);
+  if (r->keeper_fd >= 0) close(r->keeper_fd);   /* the keeper looks once more, finds nothing, exits */
   int rc = tree_remove(AT_FDCWD, r->path);
   if (rc < 0) fprintf(stderr, "smolwf-provider: removing %s: %s\n", r->path, strerror(-rc));
   free(r->path);
