@@ -67,22 +67,46 @@ static void watch_add(watch_set *w, int pidfd) {
   w->fds[w->n++] = (struct pollfd){.fd = pidfd, .events = POLLIN};
 }
 
-/*
-** The pidfd is opened before the check, so a pid reused meanwhile is seen
-** as the new process it now names (and left alone), never confused.
-*/
-static void watch_members(watch_set *w, const pid_t *groups, size_t n) {
+void proc_each(bool (*fn)(pid_t pid, int pidfd, void *ctx), void *ctx) {
   DIR *d = opendir("/proc");
   if (!d) return;
+  pid_t self = getpid();
   for (struct dirent *e; (e = readdir(d));) {
     if (!isdigit((unsigned char)e->d_name[0])) continue;
     pid_t pid = (pid_t)atol(e->d_name);
+    if (pid == self) continue;
     int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-    if (pidfd < 0) continue;
-    if (running_member(pid, groups, n)) watch_add(w, pidfd);
-    else close(pidfd);
+    if (pidfd >= 0 && !fn(pid, pidfd, ctx)) close(pidfd);
   }
   closedir(d);
+}
+
+bool proc_env_has(pid_t pid, const char *want, bool prefix) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%ld/environ", (long)pid);
+  FILE *f = fopen(path, "re");
+  if (!f) return false;
+  bool found = false;
+  char *entry = NULL;
+  size_t cap = 0, wlen = strlen(want);
+  while (!found && getdelim(&entry, &cap, '\0', f) > 0)
+    found = prefix ? strncmp(entry, want, wlen) == 0 : strcmp(entry, want) == 0;
+  free(entry);
+  fclose(f);
+  return found;
+}
+
+typedef struct members {
+  watch_set *w;
+  const pid_t *groups;
+  size_t n;
+} members;
+
+static bool watch_member(pid_t pid, int pidfd, void *ctx) {
+  members *m = ctx;
+  if (!running_member(pid, m->groups, m->n)) return false;
+  watch_add(m->w, pidfd);
+  return true;
 }
 
 bool groups_any_left(const pid_t *groups, size_t n) {
@@ -126,7 +150,8 @@ static size_t await_watched(watch_set *w, int timeout_ms) {
 size_t groups_await_gone(const pid_t *groups, size_t n, int timeout_ms) {
   if (!groups_any_left(groups, n)) return 0;   /* the common case: no /proc walk */
   watch_set w = {0};
-  watch_members(&w, groups, n);
+  members m = {&w, groups, n};
+  proc_each(watch_member, &m);
   return await_watched(&w, timeout_ms);
 }
 

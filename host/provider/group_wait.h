@@ -37,6 +37,17 @@ bool groups_any_left(const pid_t *groups, size_t n);
 */
 bool group_still_ours(pid_t pgid);
 
+/*
+** Calls fn(pid, pidfd, ctx) for every process but ourselves, with a pidfd
+** opened before fn looks at it (so a pid reused meanwhile is seen as the
+** process it now names); fn returns true when it keeps the pidfd, which
+** is closed otherwise.
+*/
+void proc_each(bool (*fn)(pid_t pid, int pidfd, void *ctx), void *ctx);
+
+/* Whether the environment process pid started with has the entry want (or one that starts with it, when prefix). */
+bool proc_env_has(pid_t pid, const char *want, bool prefix);
+
 /* The parent and group of process pid from /proc/PID/stat; false if it is gone or a zombie. */
 bool proc_running_stat(pid_t pid, pid_t *ppid, pid_t *pgrp);
 

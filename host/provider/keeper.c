@@ -4,6 +4,8 @@
 #define _GNU_SOURCE
 #include "keeper.h"
 
+#include "group_wait.h"
+
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
@@ -58,42 +60,24 @@ int keeper_start(const char *root) {
 
 /* ===== the keeper's side ===== */
 
-/* Whether the environment of pid has TMPDIR below root (root ends in '/'). */
-static bool in_root(pid_t pid, const char *want) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%ld/environ", (long)pid);
-  FILE *f = fopen(path, "re");
-  if (!f) return false;
-  bool found = false;
-  char *entry = NULL;
-  size_t cap = 0, wlen = strlen(want);
-  while (!found && getdelim(&entry, &cap, '\0', f) > 0) found = strncmp(entry, want, wlen) == 0;
-  free(entry);
-  fclose(f);
-  return found;
+typedef struct round {
+  const char *want;        /* "TMPDIR=ROOT/" */
+  size_t found;
+} round;
+
+static bool kill_if_in_root(pid_t pid, int pidfd, void *ctx) {
+  round *r = ctx;
+  if (!proc_env_has(pid, r->want, true)) return false;
+  syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
+  r->found++;
+  return false;
 }
 
 /* Kills the processes of local sessions under root; returns how many it found. */
 static size_t kill_round(const char *want) {
-  DIR *d = opendir("/proc");
-  if (!d) return 0;
-  size_t found = 0;
-  pid_t self = getpid();
-  for (struct dirent *e; (e = readdir(d));) {
-    if (!isdigit((unsigned char)e->d_name[0])) continue;
-    pid_t pid = (pid_t)atol(e->d_name);
-    if (pid == self) continue;
-    /* the pidfd first: a pid reused meanwhile is then checked as what it now is */
-    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-    if (pidfd < 0) continue;
-    if (in_root(pid, want)) {
-      syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, NULL, 0);
-      found++;
-    }
-    close(pidfd);
-  }
-  closedir(d);
-  return found;
+  round r = {want, 0};
+  proc_each(kill_if_in_root, &r);
+  return r.found;
 }
 
 int keeper_main(int argc, char **argv) {

@@ -43,19 +43,9 @@ void strays_init(void) {
 
 /* Whether the environment of pid holds exactly TMPDIR=tmpdir. */
 static bool has_tmpdir(pid_t pid, const char *tmpdir) {
-  char path[64], want[4096 + 8];
-  snprintf(path, sizeof path, "/proc/%ld/environ", (long)pid);
+  char want[4096 + 8];
   int n = snprintf(want, sizeof want, "TMPDIR=%s", tmpdir);
-  if (n < 0 || (size_t)n >= sizeof want) return false;
-  FILE *f = fopen(path, "re");
-  if (!f) return false;
-  bool found = false;
-  char *entry = NULL;
-  size_t cap = 0;
-  while (!found && getdelim(&entry, &cap, '\0', f) > 0) found = strcmp(entry, want) == 0;
-  free(entry);
-  fclose(f);
-  return found;
+  return n > 0 && (size_t)n < sizeof want && proc_env_has(pid, want, false);
 }
 
 static void table_free(proc_table *t) {
@@ -68,30 +58,25 @@ static int by_pid(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+static bool add_entry(pid_t pid, int pidfd, void *ctx) {
+  proc_table *t = ctx;
+  proc_entry e = {pid, 0, 0, pidfd, -1, false, false};
+  if (!proc_running_stat(pid, &e.ppid, &e.pgrp)) return false;
+  if (t->n == t->cap) {
+    size_t cap = t->cap ? 2 * t->cap : 256;
+    proc_entry *grown = realloc(t->e, cap * sizeof *grown);
+    if (!grown) return false;
+    t->e = grown;
+    t->cap = cap;
+  }
+  t->e[t->n++] = e;
+  return true;
+}
+
 /* Every running process but ourselves, each with a pidfd and its parent's index. */
 static void table_read(proc_table *t) {
   memset(t, 0, sizeof *t);
-  DIR *d = opendir("/proc");
-  if (!d) return;
-  pid_t self = getpid();
-  for (struct dirent *de; (de = readdir(d));) {
-    if (!isdigit((unsigned char)de->d_name[0])) continue;
-    pid_t pid = (pid_t)atol(de->d_name);
-    if (pid == self) continue;
-    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-    if (pidfd < 0) continue;
-    proc_entry e = {pid, 0, 0, pidfd, -1, false, false};
-    if (!proc_running_stat(pid, &e.ppid, &e.pgrp)) { close(pidfd); continue; }
-    if (t->n == t->cap) {
-      size_t cap = t->cap ? 2 * t->cap : 256;
-      proc_entry *grown = realloc(t->e, cap * sizeof *grown);
-      if (!grown) { close(pidfd); break; }
-      t->e = grown;
-      t->cap = cap;
-    }
-    t->e[t->n++] = e;
-  }
-  closedir(d);
+  proc_each(add_entry, t);
   if (t->n) qsort(t->e, t->n, sizeof *t->e, by_pid);
   for (size_t i = 0; i < t->n; i++) {
     proc_entry key = {.pid = t->e[i].ppid};
