@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -85,6 +86,7 @@ int keeper_main(int argc, char **argv) {
     fprintf(stderr, "smolwf-provider keeper: started only by smolwf-provider itself\n");
     return 2;
   }
+  prctl(PR_SET_NAME, "smolwf-keeper");   /* not to be taken for a provider in ps or /proc/PID/comm */
   char want[PATH_MAX + 16];
   snprintf(want, sizeof want, "TMPDIR=%s/", argv[2]);
   for (;;) {   /* until the provider is gone: nothing is ever written, so only the end returns */
