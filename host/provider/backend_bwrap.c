@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -57,6 +58,9 @@ typedef struct bwrap_state {
   int bwrap_pidfd;
   uv_poll_t events_watch;
   bool watching;
+  int err_fd;              /* bwrap's stderr until HELLO: why a sandbox did not start */
+  uv_timer_t startup_timer;   /* bounds the wait for HELLO */
+  bool starting;           /* HELLO not seen yet: the session's open is pending */
   unsigned handles_open;   /* uv handles not closed yet: the state is freed after the last */
   bool broken;             /* the helper is gone: no more commands */
   uint64_t next_tag;
@@ -65,6 +69,11 @@ typedef struct bwrap_state {
 } bwrap_state;
 
 /* ====================================================== channel I/O */
+
+static void close_fds(int fds[2]) {
+  for (int i = 0; i < 2; i++) if (fds[i] >= 0) close(fds[i]);
+  fds[0] = fds[1] = -1;
+}
 
 /* Sends msg with up to three fds (-1 entries skipped). 0 or -errno. */
 static int send_message(int sock, const void *msg, size_t len, const int *fds, int nfds) {
@@ -86,22 +95,21 @@ static int send_message(int sock, const void *msg, size_t len, const int *fds, i
   return n < 0 ? -errno : 0;
 }
 
-/* Receives one reply and at most one fd (*fd = -1 if none). Bytes read, 0 at EOF, or -errno. */
-static ssize_t recv_reply(int sock, helper_reply *r, int *fd, int flags) {
-  union { struct cmsghdr h; char buf[CMSG_SPACE(sizeof(int))]; } ctl;
+/* Receives one reply and at most two fds (fds[i] = -1 if absent). Bytes read, 0 at EOF, or -errno. */
+static ssize_t recv_reply(int sock, helper_reply *r, int fds[2], int flags) {
+  union { struct cmsghdr h; char buf[CMSG_SPACE(2 * sizeof(int))]; } ctl;
   struct iovec iov = {r, sizeof *r};
   struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
                       .msg_controllen = sizeof ctl.buf};
   ssize_t n;
   do n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | flags); while (n < 0 && errno == EINTR);
-  *fd = -1;
+  fds[0] = fds[1] = -1;
   struct cmsghdr *c = n >= 0 ? CMSG_FIRSTHDR(&mh) : NULL;
-  if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int)))
-    memcpy(fd, CMSG_DATA(c), sizeof(int));
+  if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len >= CMSG_LEN(sizeof(int)))
+    memcpy(fds, CMSG_DATA(c), c->cmsg_len >= CMSG_LEN(2 * sizeof(int)) ? 2 * sizeof(int) : sizeof(int));
   if (n < 0) return -errno;
   if (n > 0 && n != (ssize_t)sizeof *r) {
-    if (*fd >= 0) close(*fd);
-    *fd = -1;
+    close_fds(fds);
     return -EPROTO;
   }
   return n;
@@ -154,15 +162,18 @@ static void helper_lost(bwrap_state *st) {
   }
 }
 
+static bool take_hello(session *s, bwrap_state *st);
+
 static void on_events(uv_poll_t *h, int status, int events) {
   (void)status; (void)events;
   session *s = h->data;
   bwrap_state *st = s->backend_data;
+  if (st->starting) { take_hello(s, st); return; }
   for (;;) {
     helper_reply r;
-    int fd;
-    ssize_t n = recv_reply(st->events_fd, &r, &fd, MSG_DONTWAIT);
-    if (fd >= 0) close(fd);
+    int fds[2];
+    ssize_t n = recv_reply(st->events_fd, &r, fds, MSG_DONTWAIT);
+    close_fds(fds);
     if (n == -EAGAIN) break;
     if (n <= 0 || r.type != HELPER_EXITED) { helper_lost(st); break; }
     proc *p = untrack(st, r.tag);
@@ -188,16 +199,14 @@ static void stop_watching(bwrap_state *st) {
 
 /* ====================================================== open */
 
-/* Why a probe-approved sandbox still failed: what bwrap wrote on stderr. */
-static void startup_failure(int errfd, char *msg, size_t msglen) {
+/* Why a probe-approved sandbox still failed: what bwrap wrote on stderr (it has exited by now). */
+static void startup_failure(int errfd, failure *f) {
   char said[512];
-  struct pollfd p = {errfd, POLLIN, 0};
-  /* bwrap has exited if it failed; if it hangs instead, do not hang with it */
-  ssize_t n = poll(&p, 1, 0) == 1 ? read(errfd, said, sizeof said - 1) : 0;
+  ssize_t n = errfd >= 0 ? read(errfd, said, sizeof said - 1) : 0;
   said[n > 0 ? n : 0] = '\0';
   said[strcspn(said, "\n")] = '\0';
-  snprintf(msg, msglen, "the bubblewrap sandbox did not start: %s",
-           *said ? (strncmp(said, "bwrap: ", 7) == 0 ? said + 7 : said) : "no reason given");
+  fail(f, "internal", "the bubblewrap sandbox did not start: %s",
+       *said ? (strncmp(said, "bwrap: ", 7) == 0 ? said + 7 : said) : "no reason given");
 }
 
 /* The provider's own executable, bound into the sandbox as the helper. */
@@ -206,34 +215,101 @@ static void self_exe(char *path, size_t size) {
   path[n > 0 ? n : 0] = '\0';
 }
 
+/* HELLO's fds: the helper's pidfd, and the workspace as mounted inside, where file operations start. */
+static void keep_hello(session *s, bwrap_state *st, const helper_reply *hello, int fds[2]) {
+  st->helper_pidfd = fds[0];
+  close(s->workspace_fd);
+  s->workspace_fd = fds[1];
+  if (s->ws.kind == WORKSPACE_BIND) {   /* the host tree itself is what the session writes */
+    close(s->written_fd);
+    s->written_fd = fcntl(fds[1], F_DUPFD_CLOEXEC, 0);
+  }
+  if (s->ws.kind == WORKSPACE_OVERLAY && hello->value < 0) {
+    s->ws.kind = WORKSPACE_COPY;   /* the helper bound the upper directory instead: copy into it */
+    s->ws.overlay_refused = hello->value;
+  }
+}
+
+static void stop_starting(bwrap_state *st);
+
 /*
-** Waits for the helper's HELLO (with its pidfd). 0, or -1 when the sandbox
-** did not come up (msg says why when it was the helper's build).
+** The helper's first message: HELLO, with two fds. Anything else (bwrap
+** exited: end of file) means the sandbox did not come up. Either way the
+** session's open ends here.
 */
-static int await_hello(bwrap_state *st, char *msg, size_t msglen) {
-  struct pollfd p = {st->events_fd, POLLIN, 0};
-  if (poll(&p, 1, STARTUP_TIMEOUT_MS) <= 0) return -1;
+static bool take_hello(session *s, bwrap_state *st) {
   helper_reply hello;
-  ssize_t n = recv_reply(st->events_fd, &hello, &st->helper_pidfd, MSG_DONTWAIT);
-  if (n > 0 && hello.type == HELPER_HELLO && st->helper_pidfd >= 0) {
-    if (hello.tag == helper_build_id()) return 0;
+  int fds[2];
+  ssize_t n = recv_reply(st->events_fd, &hello, fds, MSG_DONTWAIT);
+  if (n == -EAGAIN) return false;
+  failure f;
+  bool ok = n > 0 && hello.type == HELPER_HELLO && fds[0] >= 0 && fds[1] >= 0;
+  if (ok && hello.tag != helper_build_id()) {
     char exe[PATH_MAX];
     self_exe(exe, sizeof exe);
-    snprintf(msg, msglen, "the sandbox helper %s is not the running provider's build "
-             "(was the provider rebuilt since it started? restart it)", exe);
+    ok = fail(&f, "internal", "the sandbox helper %s is not the running provider's build "
+              "(was the provider rebuilt since it started? restart it)", exe);
+  } else if (!ok) {
+    startup_failure(st->err_fd, &f);
   }
-  if (st->helper_pidfd >= 0) close(st->helper_pidfd);
-  st->helper_pidfd = -1;
-  return -1;
+  if (ok) keep_hello(s, st, &hello, fds);
+  else close_fds(fds);
+  stop_starting(st);
+  if (ok) set_timeouts(st->control_fd, REPLY_TIMEOUT_MS);
+  backend_opened(s, ok ? NULL : &f);
+  return ok;
+}
+
+static void on_startup_timeout(uv_timer_t *t) {
+  session *s = t->data;
+  bwrap_state *st = s->backend_data;
+  failure f;
+  fail(&f, "internal", "the bubblewrap sandbox did not start within %d ms", STARTUP_TIMEOUT_MS);
+  stop_starting(st);
+  backend_opened(s, &f);
+}
+
+/* `helper`, or `helper overlay UID GID [refuse]` (sandbox_mount.h); under the loader with a root of its own. */
+static void helper_command(const session *s, char **command, char ids[2][24]) {
+  size_t n = 0;
+  if (s->profile->root) {
+    command[n++] = (char *)bwrap_helper_loader();
+    command[n++] = "--library-path";
+    command[n++] = SANDBOX_HELPER_LIBS;
+  }
+  command[n++] = SANDBOX_HELPER;
+  command[n++] = "helper";
+  if (s->ws.kind == WORKSPACE_OVERLAY) {
+    snprintf(ids[0], sizeof ids[0], "%ld", (long)getuid());
+    snprintf(ids[1], sizeof ids[1], "%ld", (long)getgid());
+    command[n++] = "overlay";
+    command[n++] = ids[0];
+    command[n++] = ids[1];
+    if (s->ws.refuse_overlay) command[n++] = "refuse";
+  }
+  command[n] = NULL;
+}
+
+/* What the sandbox sees of the session: its areas, and its workspace as session->ws says. */
+static void layout_of(const session *s, bwrap_layout *l) {
+  l->profile = s->profile;
+  l->tmp_host = s->tmp_host;
+  l->workspace_host = s->workspace_host;
+  if (s->ws.kind == WORKSPACE_BIND || s->ws.kind == WORKSPACE_RO) l->workspace_host = s->ws.host_path;
+  l->workspace_ro = s->ws.kind == WORKSPACE_RO;
+  if (s->ws.kind == WORKSPACE_OVERLAY) {
+    l->overlay_lower = s->ws.host_path;
+    l->session_host = s->root;
+  }
 }
 
 static pid_t start_bwrap(session *s, int control, int events, int errfd) {
-  static char *const command[] = {SANDBOX_HELPER, "helper", NULL};
   static char *const env[] = {"PATH=/usr/bin:/bin", NULL};
-  char exe[PATH_MAX];
+  char *command[12], ids[2][24], exe[PATH_MAX];
+  helper_command(s, command, ids);
   self_exe(exe, sizeof exe);
-  bwrap_layout layout = {.profile = s->profile, .workspace_host = s->workspace_host,
-                         .tmp_host = s->tmp_host, .helper_exe = exe, .command = command};
+  bwrap_layout layout = {.helper_exe = exe, .command = command};
+  layout_of(s, &layout);
   argvec argv = {0};
   bwrap_args_build(&argv, bwrap_program(), &layout);
   spawn_spec spec = {.argv = argv.v, .envp = env, .fd_in = control, .fd_out = events, .fd_err = errfd};
@@ -261,14 +337,16 @@ static void end_sandbox(bwrap_state *st) {
 }
 
 static void release_fds(bwrap_state *st) {
+  if (st->err_fd >= 0) close(st->err_fd);
+  st->err_fd = -1;
   if (st->events_fd >= 0) close(st->events_fd);
   if (st->helper_pidfd >= 0) close(st->helper_pidfd);
   if (st->bwrap_pidfd >= 0) close(st->bwrap_pidfd);
   st->events_fd = st->helper_pidfd = st->bwrap_pidfd = -1;
 }
 
-/* Starts bwrap on the child ends of the channel; keeps our ends. 0 or -1 with msg filled. */
-static int spawn_sandbox(session *s, bwrap_state *st, int errfd, char *msg, size_t msglen) {
+/* Starts bwrap on the child ends of the channel; keeps our ends. 0 or -1 with f filled. */
+static int spawn_sandbox(session *s, bwrap_state *st, int errfd, failure *f) {
   int control[2], events[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, control) < 0) goto fail;
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, events) < 0) {
@@ -282,32 +360,20 @@ static int spawn_sandbox(session *s, bwrap_state *st, int errfd, char *msg, size
   if (st->bwrap_pid > 0) strays_own(st->bwrap_pid);
   close(control[1]);
   close(events[1]);
-  if (st->bwrap_pid < 0) {
-    snprintf(msg, msglen, "cannot start %s: %s", bwrap_program(), strerror(-st->bwrap_pid));
-    return -1;
-  }
+  if (st->bwrap_pid < 0) return fail(f, "internal", "cannot start %s: %s", bwrap_program(), strerror(-st->bwrap_pid)), -1;
   st->bwrap_pidfd = (int)syscall(SYS_pidfd_open, st->bwrap_pid, 0);
   return 0;
 fail:
-  snprintf(msg, msglen, "cannot create the sandbox channel: %s", strerror(errno));
-  return -1;
+  return fail(f, "internal", "cannot create the sandbox channel: %s", strerror(errno)), -1;
 }
 
-/* Starts the sandbox and waits for the helper. 0, or -1 with msg filled. */
-static int launch(session *s, bwrap_state *st, char *msg, size_t msglen) {
+/* Starts the sandbox; HELLO comes later (on_events). 0, or -1 with f filled. */
+static int launch(session *s, bwrap_state *st, failure *f) {
   int err[2];
-  if (pipe2(err, O_CLOEXEC) < 0) {
-    snprintf(msg, msglen, "cannot create a pipe: %s", strerror(errno));
-    return -1;
-  }
-  int rc = spawn_sandbox(s, st, err[1], msg, msglen);
+  if (pipe2(err, O_CLOEXEC | O_NONBLOCK) < 0) return fail(f, "internal", "cannot create a pipe: %s", strerror(errno)), -1;
+  int rc = spawn_sandbox(s, st, err[1], f);
   close(err[1]);
-  if (rc == 0) {
-    msg[0] = '\0';
-    rc = await_hello(st, msg, msglen);
-    if (rc < 0 && !msg[0]) startup_failure(err[0], msg, msglen);
-  }
-  close(err[0]);
+  st->err_fd = err[0];
   return rc;
 }
 
@@ -318,47 +384,62 @@ static void set_views(session *s) {
   s->tmp_view = strdup(SANDBOX_TMP);
 }
 
-/* A missing bind source would stop bwrap with a terse message; say which and where. */
-static int check_binds(const profile *p, const char **code, char *msg, size_t msglen) {
+/* A missing bind source (or root) would stop bwrap with a terse message; say which and where. */
+static int check_binds(const profile *p, failure *f) {
   for (size_t i = 0; i < p->nbinds; i++) {
     if (access(p->binds[i].host_path, F_OK) == 0) continue;
-    *code = errno == ENOENT ? "not_found" : "permission_denied";
-    snprintf(msg, msglen, "bind of %s (at %s in the sandbox): %s", p->binds[i].host_path,
-             p->binds[i].sandbox_path, strerror(errno));
-    return -1;
+    return fail(f, errno == ENOENT ? "not_found" : "permission_denied", "bind of %s (at %s in the sandbox): %s",
+                p->binds[i].host_path, p->binds[i].sandbox_path, strerror(errno)), -1;
   }
-  *code = "internal";   /* for whatever fails after this */
+  struct stat st;
+  if (p->root && (stat(p->root, &st) < 0 || !S_ISDIR(st.st_mode)))
+    return fail(f, errno == EACCES ? "permission_denied" : "not_found", "root %s: %s", p->root,
+                errno ? strerror(errno) : "not a directory"), -1;
   return 0;
 }
 
 static void bwrap_close(session *s);
 
-/* The loop's handle for exits from the helper. Its data is the session. */
+/* The loop's handle for HELLO, then exits, from the helper. Its data is the session. */
 static void watch_sandbox(session *s, bwrap_state *st) {
-  uv_poll_init(provider_ctx()->loop, &st->events_watch, st->events_fd);
+  uv_loop_t *loop = provider_ctx()->loop;
+  uv_poll_init(loop, &st->events_watch, st->events_fd);
   st->events_watch.data = s;
   uv_poll_start(&st->events_watch, UV_READABLE, on_events);
   st->watching = true;
   st->handles_open++;
+  uv_timer_init(loop, &st->startup_timer);
+  st->startup_timer.data = s;
+  uv_timer_start(&st->startup_timer, on_startup_timeout, STARTUP_TIMEOUT_MS, 0);
+  st->handles_open++;
+  st->starting = true;
 }
 
-static int bwrap_open(session *s, const char **code, char *msg, size_t msglen) {
+static void free_state(uv_handle_t *h);
+
+/* HELLO came (or will not): the timer goes; bwrap's stderr is not needed any more. */
+static void stop_starting(bwrap_state *st) {
+  if (!st->starting) return;
+  st->starting = false;
+  st->startup_timer.data = st;
+  uv_close((uv_handle_t *)&st->startup_timer, free_state);
+  if (st->err_fd >= 0) close(st->err_fd);
+  st->err_fd = -1;
+}
+
+static int bwrap_open(session *s, failure *f) {
   const char *why;
-  if (!bwrap_usable(&why)) {
-    *code = "unsupported";
-    snprintf(msg, msglen, "bubblewrap sandboxes cannot run here: %s; the profile local/default "
-             "works here, without isolation", why);
-    return -1;
-  }
+  if (!bwrap_usable(&why))
+    return fail(f, "unsupported", "bubblewrap sandboxes cannot run here: %s; the profile local/default "
+                "works here, without isolation", why), -1;
   bwrap_state *st = calloc(1, sizeof *st);
   if (!st) abort();
-  st->control_fd = st->events_fd = st->helper_pidfd = st->bwrap_pidfd = -1;
+  st->control_fd = st->events_fd = st->helper_pidfd = st->bwrap_pidfd = st->err_fd = -1;
   s->backend_data = st;
-  if (check_binds(s->profile, code, msg, msglen) < 0 || launch(s, st, msg, msglen) < 0) {
-    bwrap_close(s);   /* a failed open is not closed by session.c */
+  if (check_binds(s->profile, f) < 0 || launch(s, st, f) < 0) {
+    bwrap_close(s);   /* a failed open is not closed by its caller */
     return -1;
   }
-  set_timeouts(st->control_fd, REPLY_TIMEOUT_MS);
   watch_sandbox(s, st);
   set_views(s);
   return 0;
@@ -414,9 +495,9 @@ static int send_start(bwrap_state *st, const spawn_spec *spec, uint64_t tag) {
 /* Reads STARTED for tag. Returns the command's pid in the namespace, or -errno. */
 static int await_started(bwrap_state *st, uint64_t tag) {
   helper_reply r;
-  int fd;
-  ssize_t n = recv_reply(st->control_fd, &r, &fd, 0);
-  if (fd >= 0) close(fd);   /* STARTED carries none */
+  int fds[2];
+  ssize_t n = recv_reply(st->control_fd, &r, fds, 0);
+  close_fds(fds);   /* STARTED carries none */
   if (n <= 0 || r.type != HELPER_STARTED || r.tag != tag || r.value == 0)
     return n < 0 ? (int)n : -EPROTO;
   return r.value;
@@ -473,6 +554,7 @@ static void bwrap_close(session *s) {
   bwrap_state *st = s->backend_data;
   if (!st) return;
   s->backend_data = NULL;
+  stop_starting(st);
   end_sandbox(st);
   free(st->running);
   st->running = NULL;

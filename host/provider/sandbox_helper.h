@@ -17,7 +17,8 @@
 **     end of file                      the helper exits: the kernel then
 **                                      kills every process of the namespace
 **   fd 1, "events" (asynchronous, watched by the provider's loop):
-**     helper -> provider  HELLO + a pidfd of the helper, once at startup
+**     helper -> provider  HELLO + a pidfd of the helper and the workspace as
+**                         mounted inside (O_PATH), once at startup
 **     helper -> provider  EXITED {tag, wait status}
 **
 ** Signals go through the helper: it signals the command's process group

@@ -1,0 +1,19 @@
+/*
+** Removing a closed session's files off the loop: a session that wrote
+** 100k files takes a second to remove, and other sessions are served
+** meanwhile. The session itself is freed at once; its directory goes on
+** a job (job.h), and the close that asked for it is answered after.
+*/
+#ifndef SMOL_DISCARD_H
+#define SMOL_DISCARD_H
+
+#include "reply.h"
+#include "session.h"
+
+/* Frees s (its backend already closed) and removes its directory on a job; then answers r with {} (r may be NULL). */
+void session_discard(session *s, request *r);
+
+/* Waits until every removal has ended (the provider is stopping). */
+void discards_finish(void);
+
+#endif

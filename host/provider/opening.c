@@ -1,0 +1,564 @@
+/*
+** Opening sessions (see opening.h).
+*/
+#define _GNU_SOURCE
+#include "opening.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bwrap_args.h"
+#include "bwrap_probe.h"
+#include "capabilities.h"
+#include "context.h"
+#include "discard.h"
+#include "disk_cap.h"
+#include "job.h"
+#include "params.h"
+#include "paths.h"
+#include "root.h"
+#include "workspace.h"
+
+/* An open that has run this long starts sending progress events, then every PROGRESS_EVERY_MS. */
+#define PROGRESS_AFTER_MS 1000
+#define PROGRESS_EVERY_MS 500
+
+typedef struct opening {
+  request *r;
+  session *s;
+  excludes excludes;
+  char *cwd;                /* asked for (relative to the workspace), or the parent's (absolute) for a fork */
+  bool progress;            /* the client asked for progress events */
+  const char *phase;        /* what progress events say is going on */
+  /* What the prepare job copies: -1 for none (fds the opening owns). */
+  int copy_from_fd, tmp_from_fd;
+  bool copy_layer;          /* copy_from_fd is an overlay's upper layer (a fork's parent) */
+  char *hide_root;          /* the provider's root inside an overlay's lower layer (relative), or NULL */
+  job *job;
+  copy_outcome copied, tmp_copied, hidden;
+  uint64_t files, bytes;    /* what the jobs did, summed */
+  uv_timer_t progress_timer;
+  bool cancelled;
+  request *close_req;       /* a close that cancelled the open: answered once the files are gone */
+  bool fell_back;           /* an automatic profile went from bwrap to local */
+  struct opening *next;
+} opening;
+
+typedef struct openings {
+  opening *first;
+} openings;
+
+static openings *table(void) {
+  return CTX_PART(openings);
+}
+
+static void begin_backend(opening *o);
+static void finish(opening *o);
+
+/* ====================================================== ending */
+
+static void unlink_opening(opening *o) {
+  for (opening **pp = &table()->first; *pp; pp = &(*pp)->next)
+    if (*pp == o) { *pp = o->next; return; }
+}
+
+static void close_fd(int *fd) {
+  if (*fd >= 0) close(*fd);
+  *fd = -1;
+}
+
+static void free_timer(uv_handle_t *h) {
+  free(h->data);
+}
+
+/* Frees o; its session and request were taken or answered already. */
+static void opening_free(opening *o) {
+  unlink_opening(o);
+  excludes_free(&o->excludes);
+  free(o->cwd);
+  free(o->hide_root);
+  close_fd(&o->copy_from_fd);
+  close_fd(&o->tmp_from_fd);
+  copy_outcome_clear(&o->copied);
+  copy_outcome_clear(&o->tmp_copied);
+  copy_outcome_clear(&o->hidden);
+  o->progress_timer.data = o;
+  uv_close((uv_handle_t *)&o->progress_timer, free_timer);
+}
+
+/* The open failed (or was cancelled): nothing of the session is left, its request gets f. */
+static void abandon(opening *o, const failure *f) {
+  session *s = o->s;
+  if (s->backend && s->backend_data) s->backend->close(s);
+  disk_watch_close(s);
+  if (o->r) reply_failure(o->r, f);
+  session_discard(s, o->close_req);
+  opening_free(o);
+}
+
+static void cancelled_failure(failure *f, const opening *o) {
+  fail(f, "unknown_session", "%s: session `%s` was closed while it opened", o->r ? o->r->method : "open", o->s->id);
+}
+
+/* ====================================================== progress */
+
+static void on_progress(uv_timer_t *t) {
+  opening *o = t->data;
+  if (!o->progress || !o->r) return;
+  cJSON *ev = cJSON_CreateObject();
+  cJSON_AddStringToObject(ev, "type", "progress");
+  cJSON_AddStringToObject(ev, "session", o->s->id);
+  cJSON_AddStringToObject(ev, "phase", o->phase);
+  uint64_t files = o->files, bytes = o->bytes;
+  if (o->job) { files += atomic_load(&o->job->files); bytes += atomic_load(&o->job->bytes); }
+  cJSON_AddNumberToObject(ev, "files", (double)files);
+  cJSON_AddNumberToObject(ev, "bytes", (double)bytes);
+  send_event(o->r, ev);
+}
+
+/* ====================================================== jobs */
+
+static int dir_fd(int fd) {
+  return openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+}
+
+/* Adds the directory at path to ids. */
+static void add_skip(file_id **ids, size_t *n, int fd) {
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) < 0) return;
+  file_id *grown = realloc(*ids, (*n + 1) * sizeof **ids);
+  if (!grown) abort();
+  *ids = grown;
+  (*ids)[(*n)++] = (file_id){st.st_dev, st.st_ino};
+}
+
+/* One copy of the prepare or fill job, into dst_fd (an O_PATH fd: opened for reading here). */
+static void copy_tree(opening *o, job *j, int from_fd, int into_fd, const char *label, bool layer, copy_outcome *out) {
+  int dst = dir_fd(into_fd);
+  /*
+  ** A workspace may contain the provider's own root (host_path "/tmp", or
+  ** $XDG_RUNTIME_DIR inside it): copying it would copy the new session
+  ** into itself. The root is left out (by identity), with every session's files.
+  */
+  file_id *skip = NULL;
+  size_t nskip = 0;
+  add_skip(&skip, &nskip, root_fd());
+  copy_spec spec = {.src_fd = from_fd, .src_label = label, .dst_fd = dst, .skip = skip, .nskip = nskip,
+                    .excludes = layer ? NULL : &o->excludes, .skip_cache_dirs = !layer,
+                    .overlay_layer = layer, .job = j};
+  if (dst < 0) { memset(out, 0, sizeof *out); fail_errno(&out->f, errno, "opening session directory", label); }
+  else workspace_copy(&spec, out);
+  if (dst >= 0) close(dst);
+  free(skip);
+}
+
+/* On the job's thread: the prepare step's copies and hiding. */
+static void prepare_work(job *j) {
+  opening *o = j->data;
+  session *s = o->s;
+  const char *label = s->ws.host_path ? s->ws.host_path : "the parent session's workspace";
+  o->copied.ok = o->tmp_copied.ok = o->hidden.ok = true;
+  if (o->copy_from_fd >= 0) copy_tree(o, j, o->copy_from_fd, s->written_fd, label, o->copy_layer, &o->copied);
+  if (o->copied.ok && o->tmp_from_fd >= 0)
+    copy_tree(o, j, o->tmp_from_fd, s->tmp_fd, "the parent session's tmp", o->copy_layer, &o->tmp_copied);
+  if (!o->copied.ok || s->ws.kind != WORKSPACE_OVERLAY || !s->ws.host_path || o->copy_layer) return;
+  int lower = open(s->ws.host_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), upper = dir_fd(s->written_fd);
+  copy_spec spec = {.src_fd = lower, .src_label = s->ws.host_path, .dst_fd = upper, .excludes = &o->excludes, .job = j};
+  if (lower >= 0 && upper >= 0) {
+    workspace_hide(&spec, &o->hidden);
+    if (o->hidden.ok && o->hide_root) o->hidden.ok = workspace_hide_path(lower, upper, o->hide_root, &o->hidden.f);
+  } else {
+    fail_errno(&o->hidden.f, errno, "workspace_sync.host_path", s->ws.host_path);
+    o->hidden.ok = false;
+  }
+  if (lower >= 0) close(lower);
+  if (upper >= 0) close(upper);
+}
+
+/* The first failure of the job's steps, or NULL. */
+static const failure *job_failure(const opening *o) {
+  if (!o->copied.ok) return &o->copied.f;
+  if (!o->tmp_copied.ok) return &o->tmp_copied.f;
+  if (!o->hidden.ok) return &o->hidden.f;
+  return NULL;
+}
+
+static void job_ended(job *j, void (*next)(opening *)) {
+  opening *o = j->data;
+  o->job = NULL;
+  o->files += atomic_load(&j->files);
+  o->bytes += atomic_load(&j->bytes);
+  failure f;
+  if (o->cancelled) { cancelled_failure(&f, o); abandon(o, &f); return; }
+  const failure *bad = job_failure(o);
+  if (bad) { abandon(o, bad); return; }
+  next(o);
+}
+
+static void prepared(job *j) {
+  job_ended(j, begin_backend);
+}
+
+static void filled(job *j) {
+  job_ended(j, finish);
+}
+
+/* Runs work as o's job, then `done` on the loop. False (o abandoned) when no thread can be made. */
+static bool run_job(opening *o, const char *phase, job_work_fn work, job_done_fn done) {
+  o->phase = phase;
+  o->job = job_start(provider_ctx()->loop, work, done, o);
+  if (o->job) return true;
+  failure f;
+  fail(&f, "limit_exceeded", "open: cannot start a thread to copy the workspace: %s", strerror(errno));
+  abandon(o, &f);
+  return false;
+}
+
+static bool needs_prepare(const opening *o) {
+  return o->copy_from_fd >= 0 || o->tmp_from_fd >= 0 ||
+         (o->s->ws.kind == WORKSPACE_OVERLAY && (o->excludes.n > 0 || o->hide_root));
+}
+
+static void begin_prepare(opening *o) {
+  if (!needs_prepare(o)) { begin_backend(o); return; }
+  run_job(o, o->copy_from_fd >= 0 ? "copy" : "hide", prepare_work, prepared);
+}
+
+/* ====================================================== the backend */
+
+/* The copy into the upper directory, after the kernel refused the overlay. */
+static void fill_work(job *j) {
+  opening *o = j->data;
+  o->copied.ok = o->tmp_copied.ok = o->hidden.ok = true;
+  copy_tree(o, j, o->copy_from_fd, o->s->written_fd, o->s->ws.host_path, false, &o->copied);
+}
+
+static void begin_fill(opening *o) {
+  o->copy_from_fd = open(o->s->ws.host_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (o->copy_from_fd < 0) {
+    failure f;
+    fail_errno(&f, errno, "open: workspace_sync.host_path", o->s->ws.host_path);
+    abandon(o, &f);
+    return;
+  }
+  run_job(o, "copy", fill_work, filled);
+}
+
+/* An automatic profile whose sandbox did not start: a local session, with a copy if it had an overlay. */
+static bool fall_back(opening *o, const failure *f) {
+  session *s = o->s;
+  if (!s->profile->automatic || s->backend != &backend_bwrap || o->fell_back) return false;
+  fprintf(stderr, "smolwf-provider: %s: %s; using local/default\n", s->profile->name, f->message);
+  s->backend->close(s);
+  s->backend = &backend_local;
+  o->fell_back = true;
+  if (s->ws.kind == WORKSPACE_OVERLAY) {
+    s->ws.kind = WORKSPACE_COPY;
+    begin_fill(o);   /* then finish: the local backend opens at once, in finish */
+    return true;
+  }
+  begin_backend(o);
+  return true;
+}
+
+void backend_opened(session *s, const failure *f) {
+  opening *o = NULL;
+  for (opening *it = table()->first; it && !o; it = it->next) if (it->s == s) o = it;
+  if (!o) return;
+  failure why;
+  if (o->cancelled) { cancelled_failure(&why, o); abandon(o, &why); return; }
+  if (f && fall_back(o, f)) return;
+  if (f) { fail(&why, f->code, "open: profile `%s`: %s", s->profile->name, f->message); abandon(o, &why); return; }
+  if (s->ws.overlay_refused && o->copy_from_fd < 0 && !o->copy_layer) { begin_fill(o); return; }
+  finish(o);
+}
+
+static void begin_backend(opening *o) {
+  session *s = o->s;
+  o->phase = "sandbox";
+  disk_watch_open(s);
+  failure f;
+  int rc = s->backend->open(s, &f);
+  if (rc == 0) return;   /* backend_opened follows */
+  if (rc < 0) s->backend = NULL;   /* a failed open cleaned up after itself */
+  backend_opened(s, rc < 0 ? &f : NULL);
+}
+
+/* ====================================================== done */
+
+/* The session's cwd: relative to the workspace (or a fork's parent's, as it is), and it must be a directory. */
+static bool set_cwd(opening *o, failure *f) {
+  session *s = o->s;
+  free(s->cwd_view);
+  s->cwd_view = strdup(s->workspace_view);
+  if (!o->cwd) return true;
+  resolved p;
+  if (!path_resolve(s, "open: cwd", o->cwd, &p, f)) return false;
+  int fd = path_open(&p, O_PATH | O_DIRECTORY, 0);
+  if (fd < 0) return fail_errno(f, -fd, "open: cwd", o->cwd);
+  close(fd);
+  free(s->cwd_view);
+  s->cwd_view = strdup(p.view);
+  return true;
+}
+
+/* The mechanism the session got, as capabilities.workspace names it. */
+static const char *mechanism(const opening *o) {
+  switch (o->s->ws.kind) {
+    case WORKSPACE_EMPTY: return o->copy_from_fd >= 0 ? (o->copied.cloned ? "reflink" : "copy") : "empty";
+    case WORKSPACE_COPY: return o->copied.cloned && o->files > 0 ? "reflink" : "copy";
+    case WORKSPACE_OVERLAY: return "overlay";
+    case WORKSPACE_BIND: return "bind";
+    case WORKSPACE_RO: return "ro";
+  }
+  return "empty";
+}
+
+static void add_warnings(cJSON *ws, const copy_outcome *c) {
+  cJSON *list = cJSON_GetObjectItem(ws, "warnings");
+  for (uint64_t i = 0; i < c->skipped && i < COPY_WARNINGS_KEPT; i++)
+    if (c->warnings[i]) cJSON_AddItemToArray(list, cJSON_CreateString(c->warnings[i]));
+}
+
+/* What open did to make the workspace: the mechanism, what it moved, and what it skipped. */
+static cJSON *workspace_object(const opening *o) {
+  cJSON *ws = cJSON_CreateObject();
+  cJSON_AddStringToObject(ws, "mechanism", o->s->ws.mechanism);
+  cJSON_AddNumberToObject(ws, "files", (double)o->files);
+  cJSON_AddNumberToObject(ws, "bytes", (double)o->bytes);
+  cJSON_AddNumberToObject(ws, "skipped", (double)(o->copied.skipped + o->tmp_copied.skipped));
+  cJSON_AddItemToObject(ws, "warnings", cJSON_CreateArray());
+  add_warnings(ws, &o->copied);
+  add_warnings(ws, &o->tmp_copied);
+  if (o->s->ws.overlay_refused)
+    cJSON_AddStringToObject(ws, "overlay_refused", strerror(-o->s->ws.overlay_refused));
+  return ws;
+}
+
+static cJSON *session_object(const opening *o) {
+  const session *s = o->s;
+  cJSON *obj = cJSON_CreateObject();
+  cJSON_AddStringToObject(obj, "id", s->id);
+  cJSON_AddStringToObject(obj, "cwd", s->cwd_view);
+  cJSON_AddItemToObject(obj, "capabilities", capabilities_of(s));
+  cJSON_AddStringToObject(obj, "profile", s->profile->name);
+  cJSON_AddItemToObject(obj, "workspace", workspace_object(o));
+  return obj;
+}
+
+static void finish(opening *o) {
+  session *s = o->s;
+  failure f;
+  if (o->fell_back && !s->backend_data && s->backend->open(s, &f) < 0) { s->backend = NULL; abandon(o, &f); return; }
+  if (!set_cwd(o, &f)) { abandon(o, &f); return; }
+  s->ws.mechanism = mechanism(o);
+  session_add(s);
+  reply_result(o->r, session_object(o));
+  o->r = NULL;
+  opening_free(o);
+}
+
+/* ====================================================== planning */
+
+static const profile *find_profile(const cJSON *params, failure *f) {
+  const cJSON *ref = NULL;
+  const char *provider = "auto", *name = "default";
+  if (!param_object(params, "profile", &ref, f) ||
+      !param_string(ref, "provider", true, &provider, f) || !param_string(ref, "name", true, &name, f))
+    return NULL;
+  const profile *p = profile_find(provider, name);
+  if (!p) fail(f, "invalid_request", "open: unknown profile `%s/%s` (see `describe` for the known ones)", provider, name);
+  return p;
+}
+
+static bool parse_excludes(opening *o, const cJSON *sync, failure *f) {
+  const cJSON *list = cJSON_GetObjectItemCaseSensitive(sync, "exclude");
+  if (!list || cJSON_IsNull(list)) return true;
+  if (!cJSON_IsArray(list)) return fail(f, "invalid_request", "open: `workspace_sync.exclude` must be an array of patterns");
+  int i = 0;
+  for (const cJSON *it = list->child; it; it = it->next, i++) {
+    const char *why = "is not a string";
+    if (!cJSON_IsString(it) || !excludes_add(&o->excludes, it->valuestring, &why))
+      return fail(f, "invalid_request", "open: `workspace_sync.exclude[%d]` %s", i + 1, why);
+  }
+  return true;
+}
+
+static bool uses_namespaces(const profile *p) {
+  return p->isolation == ISOLATION_NAMESPACES || (p->automatic && bwrap_usable(NULL));
+}
+
+/* The kind of workspace `mode` asks for, on the backend the profile gets. */
+static bool choose_kind(session *s, const char *mode, bool namespaces, failure *f) {
+  if (!s->ws.host_path) { s->ws.kind = WORKSPACE_EMPTY; return true; }
+  if (strcmp(mode, "bind") == 0) { s->ws.kind = WORKSPACE_BIND; return true; }
+  if (strcmp(mode, "ro") == 0) {
+    if (!namespaces) return fail(f, "unsupported", "open: `workspace_sync.mode` \"ro\" needs a bubblewrap session "
+                                 "(without namespaces nothing keeps commands from writing the host tree); "
+                                 "use \"copy\" or a bwrap profile");
+    s->ws.kind = WORKSPACE_RO;
+    return true;
+  }
+  if (strcmp(mode, "copy") != 0)
+    return fail(f, "invalid_request", "open: `workspace_sync.mode` must be \"copy\", \"bind\" or \"ro\", not \"%s\"", mode);
+  s->ws.kind = namespaces ? WORKSPACE_OVERLAY : WORKSPACE_COPY;
+  return true;
+}
+
+/* The provider's root, relative to the host tree when it lies inside it (an overlay must not show it). */
+static char *root_inside(const char *host_path) {
+  char tree[PATH_MAX], root[PATH_MAX];
+  if (!root_path() || !realpath(host_path, tree) || !realpath(root_path(), root)) return NULL;
+  size_t n = strlen(tree);
+  if (strcmp(tree, "/") == 0) return strdup(root + 1);
+  if (strncmp(root, tree, n) != 0 || root[n] != '/') return NULL;
+  return strdup(root + n + 1);
+}
+
+/* workspace_sync: host_path, exclude, mode. */
+static bool plan_workspace(opening *o, const cJSON *params, bool namespaces, failure *f) {
+  session *s = o->s;
+  const cJSON *sync = NULL;
+  const char *host_path = NULL, *mode = "copy";
+  if (!param_object(params, "workspace_sync", &sync, f) || !param_string(sync, "host_path", true, &host_path, f) ||
+      !param_string(sync, "mode", true, &mode, f) || !parse_excludes(o, sync, f))
+    return false;
+  if (host_path) s->ws.host_path = strdup(host_path);
+  if (!choose_kind(s, mode, namespaces, f)) return false;
+  if (o->excludes.n > 0 && s->ws.kind != WORKSPACE_COPY && s->ws.kind != WORKSPACE_OVERLAY)
+    return fail(f, "invalid_request", "open: `workspace_sync.exclude` needs a copied workspace (mode \"copy\")");
+  if (!host_path) return true;
+  int fd = open(host_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return fail_errno(f, errno, "open: workspace_sync.host_path", host_path);
+  if (s->ws.kind == WORKSPACE_COPY) o->copy_from_fd = fd;
+  else close(fd);
+  if (s->ws.kind == WORKSPACE_OVERLAY) o->hide_root = root_inside(host_path);
+  const char *no_overlay = getenv("SMOLWF_PROVIDER_NO_OVERLAY");
+  s->ws.refuse_overlay = no_overlay && strcmp(no_overlay, "1") == 0;
+  return true;
+}
+
+static opening *opening_new(request *r, session *s) {
+  opening *o = calloc(1, sizeof *o);
+  if (!o) abort();
+  o->r = r;
+  o->s = s;
+  o->copy_from_fd = o->tmp_from_fd = -1;
+  o->phase = "plan";
+  uv_timer_init(provider_ctx()->loop, &o->progress_timer);
+  o->progress_timer.data = o;
+  uv_timer_start(&o->progress_timer, on_progress, PROGRESS_AFTER_MS, PROGRESS_EVERY_MS);
+  o->next = table()->first;
+  table()->first = o;
+  return o;
+}
+
+/*
+** overlay's work directory, beside the upper layer in the session's
+** directory; and the upper layer's top made to look like the host tree's
+** (overlay shows the upper one's mode and times). The session's
+** directory stays 0700: nobody else reaches either.
+*/
+static bool make_work_dir(session *s, failure *f) {
+  char path[PATH_MAX];
+  snprintf(path, sizeof path, "%s/%s", s->root, SESSION_WORK_DIR);
+  if (mkdir(path, 0700) < 0) return fail_errno(f, errno, "open: creating", path);
+  struct stat st;
+  int upper = open(s->workspace_host, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (upper >= 0 && s->ws.host_path && stat(s->ws.host_path, &st) == 0) {
+    struct timespec times[2] = {st.st_atim, st.st_mtim};
+    fchmod(upper, st.st_mode & 07777);
+    futimens(upper, times);
+  }
+  if (upper >= 0) close(upper);
+  return true;
+}
+
+void method_open(request *r, const cJSON *params) {
+  failure f;
+  const profile *prof = find_profile(params, &f);
+  session *s = prof ? session_new(prof, &f) : NULL;
+  if (!s) { reply_failure(r, &f); return; }
+  opening *o = opening_new(r, s);
+  bool namespaces = uses_namespaces(prof);
+  s->backend = namespaces ? &backend_bwrap : &backend_local;
+  const char *cwd = NULL;
+  param_bool(params, "progress", &o->progress, &f);
+  if (!param_string(params, "cwd", true, &cwd, &f) || !plan_workspace(o, params, namespaces, &f) ||
+      (s->ws.kind == WORKSPACE_OVERLAY && !make_work_dir(s, &f))) {
+    s->backend = NULL;
+    abandon(o, &f);
+    return;
+  }
+  if (cwd) o->cwd = strdup(cwd);
+  begin_prepare(o);
+}
+
+/* ====================================================== fork */
+
+/* The child's workspace: the parent's kind over the same host tree, its written files copied. */
+static bool plan_fork(opening *o, const session *parent, failure *f) {
+  session *s = o->s;
+  s->ws.kind = parent->ws.kind;
+  s->ws.host_path = parent->ws.host_path ? strdup(parent->ws.host_path) : NULL;
+  s->ws.refuse_overlay = parent->ws.refuse_overlay;
+  if (parent->ws.kind == WORKSPACE_BIND)
+    return fail(f, "unsupported", "fork: session `%s` works on the host tree itself (mode \"bind\"): "
+                "a fork would write into it too", parent->id);
+  if (parent->ws.kind == WORKSPACE_OVERLAY && !make_work_dir(s, f)) return false;
+  if (parent->ws.kind != WORKSPACE_RO) o->copy_from_fd = dir_fd(parent->written_fd);
+  o->tmp_from_fd = dir_fd(parent->tmp_fd);
+  o->copy_layer = true;
+  if ((parent->ws.kind != WORKSPACE_RO && o->copy_from_fd < 0) || o->tmp_from_fd < 0)
+    return fail_errno(f, errno, "fork: reading session", parent->id);
+  return true;
+}
+
+void method_fork(request *r, session *parent, const cJSON *params) {
+  failure f;
+  session *s = session_new(parent->profile, &f);
+  if (!s) { reply_failure(r, &f); return; }
+  opening *o = opening_new(r, s);
+  s->backend = parent->backend;
+  param_bool(params, "progress", &o->progress, &f);
+  if (!plan_fork(o, parent, &f)) { s->backend = NULL; abandon(o, &f); return; }
+  o->cwd = strdup(parent->cwd_view);
+  begin_prepare(o);
+}
+
+/* ====================================================== cancelling */
+
+static void cancel(opening *o, request *close_req) {
+  failure f;
+  o->cancelled = true;
+  if (close_req) {
+    if (o->close_req) reply_result(close_req, cJSON_CreateObject());   /* a second close */
+    else o->close_req = close_req;
+  }
+  if (o->job) { job_cancel(o->job); return; }   /* its end abandons o */
+  cancelled_failure(&f, o);
+  abandon(o, &f);   /* waiting for HELLO: the backend's close ends the sandbox */
+}
+
+bool opening_cancel(const char *id, request *r) {
+  for (opening *o = table()->first; o; o = o->next)
+    if (strcmp(o->s->id, id) == 0) { cancel(o, r); return true; }
+  return false;
+}
+
+void openings_cancel_all(void) {
+  while (table()->first) {
+    opening *o = table()->first;
+    if (o->job) { o->cancelled = true; job_finish_now(o->job); }   /* its end abandons o */
+    else cancel(o, NULL);
+  }
+  discards_finish();
+  free(provider_ctx()->openings);
+  provider_ctx()->openings = NULL;
+}
