@@ -40,6 +40,8 @@ typedef struct opening {
   int copy_from_fd, tmp_from_fd;
   bool copy_layer;          /* copy_from_fd is an overlay's upper layer (a fork's parent) */
   char *hide_root;          /* the provider's root inside an overlay's lower layer (relative), or NULL */
+  file_id *skip;            /* what a copy of the host tree never enters: the provider's root, every session's directory */
+  size_t nskip;
   job *job;
   copy_outcome copied, tmp_copied, hidden;
   uint64_t files, bytes;    /* what the jobs did, summed */
@@ -83,6 +85,7 @@ static void opening_free(opening *o) {
   excludes_free(&o->excludes);
   free(o->cwd);
   free(o->hide_root);
+  free(o->skip);
   close_fd(&o->copy_from_fd);
   close_fd(&o->tmp_from_fd);
   copy_outcome_clear(&o->copied);
@@ -128,34 +131,15 @@ static int dir_fd(int fd) {
   return openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 }
 
-/* Adds the directory at path to ids. */
-static void add_skip(file_id **ids, size_t *n, int fd) {
-  struct stat st;
-  if (fd < 0 || fstat(fd, &st) < 0) return;
-  file_id *grown = realloc(*ids, (*n + 1) * sizeof **ids);
-  if (!grown) abort();
-  *ids = grown;
-  (*ids)[(*n)++] = (file_id){st.st_dev, st.st_ino};
-}
-
 /* One copy of the prepare or fill job, into dst_fd (an O_PATH fd: opened for reading here). */
 static void copy_tree(opening *o, job *j, int from_fd, int into_fd, const char *label, bool layer, copy_outcome *out) {
   int dst = dir_fd(into_fd);
-  /*
-  ** A workspace may contain the provider's own root (host_path "/tmp", or
-  ** $XDG_RUNTIME_DIR inside it): copying it would copy the new session
-  ** into itself. The root is left out (by identity), with every session's files.
-  */
-  file_id *skip = NULL;
-  size_t nskip = 0;
-  add_skip(&skip, &nskip, root_fd());
-  copy_spec spec = {.src_fd = from_fd, .src_label = label, .dst_fd = dst, .skip = skip, .nskip = nskip,
+  copy_spec spec = {.src_fd = from_fd, .src_label = label, .dst_fd = dst, .skip = o->skip, .nskip = o->nskip,
                     .excludes = layer ? NULL : &o->excludes, .skip_cache_dirs = !layer,
                     .overlay_layer = layer, .job = j};
   if (dst < 0) { memset(out, 0, sizeof *out); fail_errno(&out->f, errno, "opening session directory", label); }
   else workspace_copy(&spec, out);
   if (dst >= 0) close(dst);
-  free(skip);
 }
 
 /* On the job's thread: the prepare step's copies and hiding. */
@@ -220,6 +204,30 @@ static bool run_job(opening *o, const char *phase, job_work_fn work, job_done_fn
   return false;
 }
 
+/* Adds the directory at fd, or else the one at path, to o's skip list. */
+static void add_skip(opening *o, int fd, const char *path) {
+  struct stat st;
+  if (fd >= 0 ? fstat(fd, &st) < 0 : !path || stat(path, &st) < 0) return;
+  file_id *grown = realloc(o->skip, (o->nskip + 1) * sizeof *grown);
+  if (!grown) abort();
+  o->skip = grown;
+  o->skip[o->nskip++] = (file_id){st.st_dev, st.st_ino};
+}
+
+/*
+** A workspace may contain the provider's own root (host_path "/tmp", or
+** $XDG_RUNTIME_DIR inside it): copying it would copy the new session
+** into itself. So the root and every session's directory (the new one
+** included, for a host_path inside the root) are left out, by identity;
+** listed here, on the loop, where the sessions are.
+*/
+static void list_skips(opening *o) {
+  add_skip(o, root_fd(), NULL);
+  add_skip(o, -1, o->s->root);
+  for (session *other = session_first(); other; other = other->next) add_skip(o, -1, other->root);
+  for (opening *other = table()->first; other; other = other->next) add_skip(o, -1, other->s->root);
+}
+
 static bool needs_prepare(const opening *o) {
   return o->copy_from_fd >= 0 || o->tmp_from_fd >= 0 ||
          (o->s->ws.kind == WORKSPACE_OVERLAY && (o->excludes.n > 0 || o->hide_root));
@@ -227,6 +235,7 @@ static bool needs_prepare(const opening *o) {
 
 static void begin_prepare(opening *o) {
   if (!needs_prepare(o)) { begin_backend(o); return; }
+  list_skips(o);
   run_job(o, o->copy_from_fd >= 0 ? "copy" : "hide", prepare_work, prepared);
 }
 
@@ -240,6 +249,7 @@ static void fill_work(job *j) {
 }
 
 static void begin_fill(opening *o) {
+  if (!o->skip) list_skips(o);
   o->copy_from_fd = open(o->s->ws.host_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (o->copy_from_fd < 0) {
     failure f;
@@ -429,6 +439,7 @@ static bool plan_workspace(opening *o, const cJSON *params, bool namespaces, fai
   if (!param_object(params, "workspace_sync", &sync, f) || !param_string(sync, "host_path", true, &host_path, f) ||
       !param_string(sync, "mode", true, &mode, f) || !parse_excludes(o, sync, f))
     return false;
+  if (host_path && !*host_path) host_path = NULL;   /* "" is no workspace, as null is */
   if (host_path) s->ws.host_path = strdup(host_path);
   if (!choose_kind(s, mode, namespaces, f)) return false;
   if (o->excludes.n > 0 && s->ws.kind != WORKSPACE_COPY && s->ws.kind != WORKSPACE_OVERLAY)
