@@ -42,6 +42,7 @@ typedef struct opening {
   char *hide_root;          /* the provider's root inside an overlay's lower layer (relative), or NULL */
   file_id *skip;            /* what a copy of the host tree never enters: the provider's root, every session's directory */
   size_t nskip;
+  unsigned pace_ms;         /* $SMOLWF_PROVIDER_COPY_PACE_MS: copies pause after each file (a test seam) */
   job *job;
   copy_outcome copied, tmp_copied, hidden;
   uint64_t files, bytes;    /* what the jobs did, summed */
@@ -136,7 +137,7 @@ static void copy_tree(opening *o, job *j, int from_fd, int into_fd, const char *
   int dst = dir_fd(into_fd);
   copy_spec spec = {.src_fd = from_fd, .src_label = label, .dst_fd = dst, .skip = o->skip, .nskip = o->nskip,
                     .excludes = layer ? NULL : &o->excludes, .skip_cache_dirs = !layer,
-                    .overlay_layer = layer, .job = j};
+                    .overlay_layer = layer, .job = j, .pace_ms = o->pace_ms};
   if (dst < 0) { memset(out, 0, sizeof *out); fail_errno(&out->f, errno, "opening session directory", label); }
   else workspace_copy(&spec, out);
   if (dst >= 0) close(dst);
@@ -462,6 +463,8 @@ static opening *opening_new(request *r, session *s) {
   o->s = s;
   o->copy_from_fd = o->tmp_from_fd = -1;
   o->phase = "plan";
+  const char *pace = getenv("SMOLWF_PROVIDER_COPY_PACE_MS");
+  o->pace_ms = pace ? (unsigned)strtoul(pace, NULL, 10) : 0;
   uv_timer_init(provider_ctx()->loop, &o->progress_timer);
   o->progress_timer.data = o;
   uv_timer_start(&o->progress_timer, on_progress, PROGRESS_AFTER_MS, PROGRESS_EVERY_MS);

@@ -240,13 +240,22 @@ static bool excluded(walk *w, bool is_dir) {
   return w->spec->excludes && excludes_match(w->spec->excludes, w->rel, is_dir);
 }
 
+/* The test seam's pause (copy_spec.pace_ms), cut short by a cancel. */
+static void pace(walk *w) {
+  for (unsigned i = 0; i < w->spec->pace_ms && !job_cancelled(w->spec->job); i++) usleep(1000);
+}
+
 static bool copy_entry(walk *w, int src, int dst, const char *name, int depth) {
   struct stat st;
   if (fstatat(src, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
     return vanished(errno) ? skip_entry(w, "vanished") : fail_copy(w, errno, "reading workspace");
   if (excluded(w, S_ISDIR(st.st_mode))) return true;
   if (S_ISDIR(st.st_mode)) return copy_subdir(w, src, dst, name, &st, depth);
-  if (S_ISREG(st.st_mode)) return copy_file(w, src, dst, name);
+  if (S_ISREG(st.st_mode)) {
+    bool ok = copy_file(w, src, dst, name);
+    if (ok) pace(w);
+    return ok;
+  }
   if (S_ISLNK(st.st_mode)) return copy_link(w, src, dst, name);
   if (w->spec->overlay_layer && S_ISCHR(st.st_mode) && st.st_rdev == makedev(0, 0))
     return copy_whiteout(w, dst, name, &st);

@@ -34,6 +34,7 @@ typedef struct copy_spec {
   bool skip_cache_dirs;         /* leave out directories below the top tagged CACHEDIR.TAG */
   bool overlay_layer;           /* an overlay's upper layer: whiteouts and xattrs kept too */
   job *job;                     /* cancel flag and progress counters */
+  unsigned pace_ms;             /* a pause after each file: lets tests act in the middle of a copy */
 } copy_spec;
 
 typedef struct copy_outcome {
