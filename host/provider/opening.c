@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "opening.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -23,6 +24,7 @@
 #include "params.h"
 #include "paths.h"
 #include "root.h"
+#include "tree.h"
 #include "workspace.h"
 
 /* An open that has run this long starts sending progress events, then every PROGRESS_EVERY_MS. */
@@ -242,10 +244,21 @@ static void begin_prepare(opening *o) {
 
 /* ====================================================== the backend */
 
+/* Removes what hiding put into the upper directory (whiteouts mean nothing without an overlay). */
+static void empty_upper(int upper_fd) {
+  int fd = dir_fd(upper_fd);
+  DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+  if (!d) { if (fd >= 0) close(fd); return; }
+  for (struct dirent *e; (e = readdir(d));)
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) tree_remove(dirfd(d), e->d_name);
+  closedir(d);
+}
+
 /* The copy into the upper directory, after the kernel refused the overlay. */
 static void fill_work(job *j) {
   opening *o = j->data;
   o->copied.ok = o->tmp_copied.ok = o->hidden.ok = true;
+  empty_upper(o->s->written_fd);
   copy_tree(o, j, o->copy_from_fd, o->s->written_fd, o->s->ws.host_path, false, &o->copied);
 }
 
