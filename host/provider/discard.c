@@ -20,7 +20,10 @@ typedef struct discard {
   int root_fd;              /* our own copy of the provider root's fd */
   char *name;               /* the session's directory in it */
   int rc;                   /* tree_remove's result */
-  request *r;               /* answered once removed, or NULL */
+  request *r;               /* answered once removed (with f, or {}), or NULL */
+  failure f;
+  bool failed;
+  request *also;            /* answered {} once removed, or NULL */
   job *job;
   struct discard *next;
 } discard;
@@ -49,17 +52,21 @@ static void removed(job *j) {
   discard *d = j->data;
   unlink_discard(d);
   if (d->rc < 0) fprintf(stderr, "smolwf-provider: removing session directory %s: %s\n", d->name, strerror(-d->rc));
-  if (d->r) reply_result(d->r, cJSON_CreateObject());
+  if (d->r && d->failed) reply_failure(d->r, &d->f);
+  else if (d->r) reply_result(d->r, cJSON_CreateObject());
+  if (d->also) reply_result(d->also, cJSON_CreateObject());
   close(d->root_fd);
   free(d->name);
   free(d);
 }
 
-void session_discard(session *s, request *r) {
+void session_discard(session *s, request *r, const failure *f, request *also) {
   discard *d = calloc(1, sizeof *d);
   if (!d) abort();
   d->name = strdup(s->id);
   d->r = r;
+  d->also = also;
+  if (f) { d->f = *f; d->failed = true; }
   d->root_fd = s->root ? fcntl(root_fd(), F_DUPFD_CLOEXEC, 0) : -1;
   free(s->root);
   s->root = NULL;   /* session_free leaves the files to us */

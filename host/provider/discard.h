@@ -10,8 +10,12 @@
 #include "reply.h"
 #include "session.h"
 
-/* Frees s (its backend already closed) and removes its directory on a job; then answers r with {} (r may be NULL). */
-void session_discard(session *s, request *r);
+/*
+** Frees s (its backend already closed) and removes its directory on a
+** job; then answers r with f (or {} when f is NULL), and `also` with {}
+** (either may be NULL): a failed open, and the close that cancelled it.
+*/
+void session_discard(session *s, request *r, const failure *f, request *also);
 
 /* Waits until every removal has ended (the provider is stopping). */
 void discards_finish(void);

@@ -50,5 +50,5 @@ void method_close(request *r, const cJSON *params) {
   session *s = session_find(id->valuestring);
   if (!s) { reply_error(r, "unknown_session", "close: no open session `%s`", id->valuestring); return; }
   session_end(s);
-  session_discard(s, r);   /* r is answered once its files are gone */
+  session_discard(s, r, NULL, NULL);   /* r is answered once its files are gone */
 }

@@ -103,8 +103,7 @@ static void abandon(opening *o, const failure *f) {
   session *s = o->s;
   if (s->backend && s->backend_data) s->backend->close(s);
   disk_watch_close(s);
-  if (o->r) reply_failure(o->r, f);
-  session_discard(s, o->close_req);
+  session_discard(s, o->r, f, o->close_req);   /* both answered once nothing is left on disk */
   opening_free(o);
 }
 
