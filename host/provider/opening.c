@@ -35,7 +35,7 @@ typedef struct opening {
   request *r;
   session *s;
   excludes excludes;
-  char *cwd;                /* asked for (relative to the workspace), or the parent's (absolute) for a fork */
+  char *cwd;                /* asked for (relative to the workspace), or the parent's for a fork */
   bool progress;            /* the client asked for progress events */
   const char *phase;        /* what progress events say is going on */
   /* What the prepare job copies: -1 for none (fds the opening owns). */
@@ -546,6 +546,14 @@ static bool plan_fork(opening *o, const session *parent, failure *f) {
   return true;
 }
 
+/* The parent's cwd relative to its workspace (a local session's views are host paths), NULL for the top. */
+static char *cwd_in_workspace(const session *parent) {
+  size_t n = strlen(parent->workspace_view);
+  const char *cwd = parent->cwd_view;
+  if (strncmp(cwd, parent->workspace_view, n) != 0 || (cwd[n] != '/' && cwd[n] != '\0')) return strdup(cwd);
+  return cwd[n] && cwd[n + 1] ? strdup(cwd + n + 1) : NULL;
+}
+
 void method_fork(request *r, session *parent, const cJSON *params) {
   failure f;
   session *s = session_new(parent->profile, &f);
@@ -554,7 +562,7 @@ void method_fork(request *r, session *parent, const cJSON *params) {
   s->backend = parent->backend;
   param_bool(params, "progress", &o->progress, &f);
   if (!plan_fork(o, parent, &f)) { s->backend = NULL; abandon(o, &f); return; }
-  o->cwd = strdup(parent->cwd_view);
+  o->cwd = cwd_in_workspace(parent);
   begin_prepare(o);
 }
 
