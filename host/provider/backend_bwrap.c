@@ -5,10 +5,9 @@
 ** namespaces (pid, /tmp...) and cost about what a plain spawn costs.
 **
 **   open   socketpairs -> `bwrap ... helper` (channel on its fd 0 and 1)
-**          -> wait for HELLO (or for bwrap to fail, and say why)
-**   start  START -> STARTED {tag, pid in the namespace}
-**          (synchronous: the helper answers at once; a timeout guards
-**          against a helper that does not)
+**          -> the loop reads HELLO (or bwrap's failure, and says why)
+**   start  START, tracked at once: nothing is waited for (a START the
+**          helper could not run comes back as FAILED on the events channel)
 **   exit   EXITED {tag, status} on the events channel, read by the loop
 **   signal SIGNAL {tag, signo}: the helper signals the command's group
 **   close  close the control channel: the helper (pid 1) exits and the
@@ -42,7 +41,11 @@
 
 /* Bounds on waiting for the helper: it answers in microseconds unless it is gone. */
 #define STARTUP_TIMEOUT_MS 10000
-#define REPLY_TIMEOUT_MS 10000
+/*
+** A START waits only for room in the control socket: the helper drains it
+** as fast as it starts commands, so a full socket for this long means it is stuck.
+*/
+#define SEND_TIMEOUT_MS 10000
 #define EXIT_TIMEOUT_MS 2000
 
 typedef struct running {
@@ -175,9 +178,14 @@ static void on_events(uv_poll_t *h, int status, int events) {
     ssize_t n = recv_reply(st->events_fd, &r, fds, MSG_DONTWAIT);
     close_fds(fds);
     if (n == -EAGAIN) break;
-    if (n <= 0 || r.type != HELPER_EXITED) { helper_lost(st); break; }
+    if (n <= 0 || (r.type != HELPER_EXITED && r.type != HELPER_FAILED)) { helper_lost(st); break; }
     proc *p = untrack(st, r.tag);
-    if (p) proc_exited(p, r.value);
+    if (p && r.type == HELPER_FAILED) {   /* like a program that cannot be executed: 126, and why */
+      fprintf(stderr, "smolwf-provider: the sandbox helper could not start a command: %s\n", strerror(-r.value));
+      proc_exited(p, 126 << 8);
+    } else if (p) {
+      proc_exited(p, r.value);
+    }
   }
   disk_watch_changed(s, !st->broken);   /* measures now, after exits (disk_cap.h) */
 }
@@ -255,7 +263,7 @@ static bool take_hello(session *s, bwrap_state *st) {
   if (ok) keep_hello(s, st, &hello, fds);
   else close_fds(fds);
   stop_starting(st);
-  if (ok) set_timeouts(st->control_fd, REPLY_TIMEOUT_MS);
+  if (ok) set_timeouts(st->control_fd, SEND_TIMEOUT_MS);
   backend_opened(s, ok ? NULL : &f);
   return ok;
 }
@@ -492,17 +500,6 @@ static int send_start(bwrap_state *st, const spawn_spec *spec, uint64_t tag) {
   return rc;
 }
 
-/* Reads STARTED for tag. Returns the command's pid in the namespace, or -errno. */
-static int await_started(bwrap_state *st, uint64_t tag) {
-  helper_reply r;
-  int fds[2];
-  ssize_t n = recv_reply(st->control_fd, &r, fds, 0);
-  close_fds(fds);   /* STARTED carries none */
-  if (n <= 0 || r.type != HELPER_STARTED || r.tag != tag || r.value == 0)
-    return n < 0 ? (int)n : -EPROTO;
-  return r.value;
-}
-
 /* After a channel failure the helper cannot be trusted to be in step: end the session's sandbox. */
 static int channel_broken(bwrap_state *st, int err) {
   fprintf(stderr, "smolwf-provider: bubblewrap session channel: %s\n", strerror(-err));
@@ -523,11 +520,8 @@ static int bwrap_start(session *s, proc *p, const spawn_spec *spec) {
   uint64_t tag = ++st->next_tag;
   int rc = send_start(st, spec, tag);
   if (rc == -E2BIG) return rc;
-  int pid = rc < 0 ? rc : await_started(st, tag);
-  if (pid == -EPROTO || pid == -EAGAIN || pid == -EPIPE || pid == -ECONNRESET)
-    return channel_broken(st, pid);
-  if (pid < 0) return pid;   /* the helper could not start it (e.g. EAGAIN from RLIMIT_NPROC) */
-  p->pid = pid;   /* in the namespace: only a sign that it started (signals go by tag) */
+  if (rc < 0) return channel_broken(st, rc);
+  p->pid = 1;   /* only a sign that it runs: its pid is the helper's to know (signals go by tag) */
   p->backend_data = (void *)(uintptr_t)tag;
   track(st, tag, p);
   disk_watch_changed(s, false);

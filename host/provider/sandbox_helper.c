@@ -89,9 +89,10 @@ static int send_with_fds(int sock, const void *msg, size_t len, const int *fds, 
   return n < 0 ? -errno : 0;
 }
 
-static void queue_exit(helper *h, uint64_t tag, int status) {
+/* EXITED (or FAILED) for tag, sent when the events socket takes it. */
+static void queue_report(helper *h, uint32_t type, uint64_t tag, int value) {
   if (h->npending == h->pending_cap) h->pending = grow(h->pending, &h->pending_cap, sizeof *h->pending);
-  h->pending[h->npending++] = (helper_reply){HELPER_EXITED, status, tag};
+  h->pending[h->npending++] = (helper_reply){type, value, tag};
 }
 
 /* Sends queued EXITED reports until the socket is full; the provider may read slowly. */
@@ -138,7 +139,7 @@ static void reaped(helper *h, pid_t pid, int status) {
     if (h->children[i].pid == pid) {
       child c = h->children[i];
       h->children[i] = h->children[--h->nchildren];
-      queue_exit(h, c.tag, status);
+      queue_report(h, HELPER_EXITED, c.tag, status);
       keep_group(h, c);
       relay_sched_idle(&h->sched);
       return;
@@ -221,12 +222,10 @@ static bool decode_start(char *msg, size_t len, const int *fds, int nfds, spawn_
 
 /* ====================================================== handling a START */
 
-/* STARTED: the command's pid (recorded first, so its exit is matched) or -errno. */
-static void reply_started(helper *h, uint64_t tag, pid_t pid) {
+/* A started command is recorded, so its exit is matched; one that could not start is reported. */
+static void started(helper *h, uint64_t tag, pid_t pid) {
   if (pid > 0) record_child(h, pid, tag);
-  helper_reply r = {HELPER_STARTED, pid, tag};
-  int rc = send_with_fds(HELPER_CONTROL_FD, &r, sizeof r, NULL, 0);
-  if (rc < 0) { errno = -rc; die("control channel"); }
+  else queue_report(h, HELPER_FAILED, tag, pid);
 }
 
 /* SIGNAL: to the command's process group, running or reaped with members left. */
@@ -247,7 +246,7 @@ static void handle_start(helper *h, size_t len, int *fds, int nfds) {
     if (pid < 0) relay_sched_idle(&h->sched);
   }
   for (int i = 0; i < nfds; i++) close(fds[i]);
-  reply_started(h, tag, pid);
+  started(h, tag, pid);
 }
 
 /* Takes every waiting request; returns false at end of file (the session is closing). */
