@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +34,9 @@
 
 typedef struct opening {
   request *r;
-  session *s;
+  session *s;               /* NULL while the open waits for the bwrap probe */
+  unsigned long serial;     /* names the opening to the probe's callback, which may outlive it */
+  cJSON *params;            /* the open's params, kept while it waits for the probe */
   excludes excludes;
   char *cwd;                /* asked for (relative to the workspace), or the parent's for a fork */
   bool progress;            /* the client asked for progress events */
@@ -57,6 +60,7 @@ typedef struct opening {
 
 typedef struct openings {
   opening *first;
+  unsigned long next_serial;
 } openings;
 
 static openings *table(void) {
@@ -89,6 +93,7 @@ static void opening_free(opening *o) {
   free(o->cwd);
   free(o->hide_root);
   free(o->skip);
+  cJSON_Delete(o->params);
   close_fd(&o->copy_from_fd);
   close_fd(&o->tmp_from_fd);
   copy_outcome_clear(&o->copied);
@@ -115,7 +120,7 @@ static void cancelled_failure(failure *f, const opening *o) {
 
 static void on_progress(uv_timer_t *t) {
   opening *o = t->data;
-  if (!o->progress || !o->r) return;
+  if (!o->progress || !o->r || !o->s) return;
   cJSON *ev = cJSON_CreateObject();
   cJSON_AddStringToObject(ev, "type", "progress");
   cJSON_AddStringToObject(ev, "session", o->s->id);
@@ -227,7 +232,8 @@ static void list_skips(opening *o) {
   add_skip(o, root_fd(), NULL);
   add_skip(o, -1, o->s->root);
   for (session *other = session_first(); other; other = other->next) add_skip(o, -1, other->root);
-  for (opening *other = table()->first; other; other = other->next) add_skip(o, -1, other->s->root);
+  for (opening *other = table()->first; other; other = other->next)
+    if (other->s) add_skip(o, -1, other->s->root);
 }
 
 static bool needs_prepare(const opening *o) {
@@ -292,7 +298,7 @@ static bool fall_back(opening *o, const failure *f) {
 
 void backend_opened(session *s, const failure *f) {
   opening *o = NULL;
-  for (opening *it = table()->first; it && !o; it = it->next) if (it->s == s) o = it;
+  for (opening *it = table()->first; it && !o; it = it->next) if (it->s && it->s == s) o = it;
   if (!o) return;
   failure why;
   if (o->cancelled) { cancelled_failure(&why, o); abandon(o, &why); return; }
@@ -474,6 +480,7 @@ static opening *opening_new(request *r, session *s) {
   o->r = r;
   o->s = s;
   o->copy_from_fd = o->tmp_from_fd = -1;
+  o->serial = ++table()->next_serial;
   o->phase = "plan";
   const char *pace = getenv("SMOLWF_PROVIDER_COPY_PACE_MS");
   o->pace_ms = pace ? (unsigned)strtoul(pace, NULL, 10) : 0;
@@ -506,12 +513,12 @@ static bool make_work_dir(session *s, failure *f) {
   return true;
 }
 
-void method_open(request *r, const cJSON *params) {
+/* The rest of open, once the profile's backend is known (the probe has run, if it must). */
+static void plan_open(opening *o, const cJSON *params, const profile *prof) {
   failure f;
-  const profile *prof = find_profile(params, &f);
-  session *s = prof ? session_new(prof, &f) : NULL;
-  if (!s) { reply_failure(r, &f); return; }
-  opening *o = opening_new(r, s);
+  session *s = session_new(prof, &f);
+  if (!s) { reply_failure(o->r, &f); o->r = NULL; opening_free(o); return; }
+  o->s = s;
   bool namespaces = uses_namespaces(prof);
   s->backend = namespaces ? &backend_bwrap : &backend_local;
   const char *cwd = NULL;
@@ -524,6 +531,38 @@ void method_open(request *r, const cJSON *params) {
   }
   if (cwd) o->cwd = strdup(cwd);
   begin_prepare(o);
+}
+
+static opening *find_serial(unsigned long serial) {
+  for (opening *o = table()->first; o; o = o->next) if (o->serial == serial) return o;
+  return NULL;
+}
+
+/* The probe has run: the opening goes on, unless the provider gave up on it meanwhile. */
+static void after_probe(void *data) {
+  opening *o = find_serial((unsigned long)(uintptr_t)data);
+  if (!o) return;
+  cJSON *params = o->params;
+  o->params = NULL;
+  const profile *prof = find_profile(params, &(failure){0});
+  plan_open(o, params, prof);
+  cJSON_Delete(params);
+}
+
+static bool needs_probe(const profile *p) {
+  return p->isolation == ISOLATION_NAMESPACES || p->automatic;
+}
+
+void method_open(request *r, const cJSON *params) {
+  failure f;
+  const profile *prof = find_profile(params, &f);
+  if (!prof) { reply_failure(r, &f); return; }
+  opening *o = opening_new(r, NULL);
+  if (!needs_probe(prof) || bwrap_probed()) { plan_open(o, params, prof); return; }
+  /* The first bwrap open runs the probe, off the loop: later requests are served meanwhile. */
+  o->params = cJSON_Duplicate(params, true);
+  o->phase = "probe";
+  bwrap_probe_then(after_probe, (void *)(uintptr_t)o->serial);
 }
 
 /* ====================================================== fork */
@@ -582,15 +621,23 @@ static void cancel(opening *o, request *close_req) {
 
 bool opening_cancel(const char *id, request *r) {
   for (opening *o = table()->first; o; o = o->next)
-    if (strcmp(o->s->id, id) == 0) { cancel(o, r); return true; }
+    if (o->s && strcmp(o->s->id, id) == 0) { cancel(o, r); return true; }
   return false;
 }
 
 void openings_cancel_all(void) {
   while (table()->first) {
     opening *o = table()->first;
-    if (o->job) { o->cancelled = true; job_finish_now(o->job); }   /* its end abandons o */
-    else cancel(o, NULL);
+    if (!o->s) {   /* still waiting for the probe: nothing made yet */
+      reply_error(o->r, "unknown_session", "open: the provider stopped before the session was opened");
+      o->r = NULL;
+      opening_free(o);
+    } else if (o->job) {
+      o->cancelled = true;
+      job_finish_now(o->job);   /* its end abandons o */
+    } else {
+      cancel(o, NULL);
+    }
   }
   discards_finish();
   free(provider_ctx()->openings);
