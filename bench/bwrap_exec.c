@@ -139,6 +139,7 @@ int main(int argc, char **argv) {
   int rc = run(&s, n);
   double t0 = now();
   backend_bwrap.close(&s);
+  if (s.close_wait) { s.close_wait(s.close_data); s.close_done(s.close_data); }
   printf("%-50s %.2f ms\n", "closing the session (sandbox torn down, reaped)", (now() - t0) * 1e3);
   uv_run(ctx->loop, UV_RUN_DEFAULT);
   free(s.workspace_view);

@@ -326,22 +326,69 @@ static pid_t start_bwrap(session *s, int control, int events, int errfd) {
   return pid;
 }
 
+/*
+** Waits for bwrap to exit after the helper was told to (its control
+** channel closed), then by force; reaps it. Blocks up to 2 * EXIT_TIMEOUT_MS:
+** on the loop only when a channel broke, else on the removal job (end_later).
+*/
+static void await_end(pid_t pid, int pidfd, int helper_pidfd) {
+  struct pollfd p = {pidfd, POLLIN, 0};
+  if (pidfd < 0 || poll(&p, 1, EXIT_TIMEOUT_MS) <= 0) kill(pid, SIGKILL);
+  /* Killed by force, bwrap's --die-with-parent takes the helper down: wait for that too. */
+  struct pollfd h = {helper_pidfd, POLLIN, 0};
+  if (helper_pidfd >= 0) {
+    syscall(SYS_pidfd_send_signal, helper_pidfd, SIGKILL, NULL, 0);
+    poll(&h, 1, EXIT_TIMEOUT_MS);
+  }
+  while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
+}
+
 /* Ends the sandbox and reaps bwrap: politely (the helper exits), then by force. */
 static void end_sandbox(bwrap_state *st) {
   if (st->control_fd >= 0) close(st->control_fd);
   st->control_fd = -1;
   if (st->bwrap_pid <= 0) return;
-  struct pollfd p = {st->bwrap_pidfd, POLLIN, 0};
-  if (st->bwrap_pidfd < 0 || poll(&p, 1, EXIT_TIMEOUT_MS) <= 0) kill(st->bwrap_pid, SIGKILL);
-  /* Killed by force, bwrap's --die-with-parent takes the helper down: wait for that too. */
-  struct pollfd h = {st->helper_pidfd, POLLIN, 0};
-  if (st->helper_pidfd >= 0) {
-    syscall(SYS_pidfd_send_signal, st->helper_pidfd, SIGKILL, NULL, 0);
-    poll(&h, 1, EXIT_TIMEOUT_MS);
-  }
-  while (waitpid(st->bwrap_pid, NULL, 0) < 0 && errno == EINTR) {}
+  await_end(st->bwrap_pid, st->bwrap_pidfd, st->helper_pidfd);
   strays_disown(st->bwrap_pid);
   st->bwrap_pid = 0;
+}
+
+/* A sandbox told to end, waited for on the job that then removes the session's files. */
+typedef struct sandbox_end {
+  pid_t pid;
+  int pidfd, helper_pidfd;
+} sandbox_end;
+
+static void end_wait(void *data) {
+  sandbox_end *e = data;
+  await_end(e->pid, e->pidfd, e->helper_pidfd);
+}
+
+static void end_done(void *data) {
+  sandbox_end *e = data;
+  strays_disown(e->pid);   /* owned until reaped: nothing else reaps it first */
+  if (e->pidfd >= 0) close(e->pidfd);
+  if (e->helper_pidfd >= 0) close(e->helper_pidfd);
+  free(e);
+}
+
+/*
+** Ends the sandbox without waiting on the loop: the helper is told (its
+** control channel closed); the wait for bwrap's exit is the session's
+** close_wait (session.h), done before its files are removed.
+*/
+static void end_later(session *s, bwrap_state *st) {
+  if (st->control_fd >= 0) close(st->control_fd);
+  st->control_fd = -1;
+  if (st->bwrap_pid <= 0) return;
+  sandbox_end *e = malloc(sizeof *e);
+  if (!e) abort();
+  *e = (sandbox_end){st->bwrap_pid, st->bwrap_pidfd, st->helper_pidfd};
+  st->bwrap_pid = 0;
+  st->bwrap_pidfd = st->helper_pidfd = -1;
+  s->close_wait = end_wait;
+  s->close_done = end_done;
+  s->close_data = e;
 }
 
 static void release_fds(bwrap_state *st) {
@@ -549,7 +596,7 @@ static void bwrap_close(session *s) {
   if (!st) return;
   s->backend_data = NULL;
   stop_starting(st);
-  end_sandbox(st);
+  end_later(s, st);
   free(st->running);
   st->running = NULL;
   st->nrunning = 0;

@@ -24,6 +24,8 @@ typedef struct discard {
   failure f;
   bool failed;
   request *also;            /* answered {} once removed, or NULL */
+  void (*close_wait)(void *data), (*close_done)(void *data);   /* the session's (session.h) */
+  void *close_data;
   job *job;
   struct discard *next;
 } discard;
@@ -40,7 +42,8 @@ static discards *table(void) {
 /* On the job's thread: removal is never cut short, so it ignores the cancel flag. */
 static void remove_work(job *j) {
   discard *d = j->data;
-  d->rc = tree_remove(d->root_fd, d->name);
+  if (d->close_wait) d->close_wait(d->close_data);   /* the sandbox ends before its files go */
+  d->rc = d->root_fd >= 0 ? tree_remove(d->root_fd, d->name) : 0;
 }
 
 static void unlink_discard(discard *d) {
@@ -51,6 +54,7 @@ static void unlink_discard(discard *d) {
 static void removed(job *j) {
   discard *d = j->data;
   unlink_discard(d);
+  if (d->close_done) d->close_done(d->close_data);
   if (d->rc < 0) fprintf(stderr, "smolwf-provider: removing session directory %s: %s\n", d->name, strerror(-d->rc));
   if (d->r && d->failed) reply_failure(d->r, &d->f);
   else if (d->r) reply_result(d->r, cJSON_CreateObject());
@@ -68,12 +72,16 @@ void session_discard(session *s, request *r, const failure *f, request *also) {
   d->also = also;
   if (f) { d->f = *f; d->failed = true; }
   d->root_fd = s->root ? fcntl(root_fd(), F_DUPFD_CLOEXEC, 0) : -1;
+  d->close_wait = s->close_wait;
+  d->close_done = s->close_done;
+  d->close_data = s->close_data;
+  s->close_wait = NULL;   /* session_free leaves the wait and the files to us */
   free(s->root);
-  s->root = NULL;   /* session_free leaves the files to us */
+  s->root = NULL;
   session_free(s);
-  if (d->root_fd >= 0) d->job = job_start(provider_ctx()->loop, remove_work, removed, d);
-  if (!d->job) {   /* no thread to be had (or nothing to remove): do it here */
-    d->rc = d->root_fd >= 0 ? tree_remove(d->root_fd, d->name) : 0;
+  if (d->root_fd >= 0 || d->close_wait) d->job = job_start(provider_ctx()->loop, remove_work, removed, d);
+  if (!d->job) {   /* no thread to be had (or nothing to do): here and now */
+    remove_work(&(job){.data = d});
     removed(&(job){.data = d});
     return;
   }

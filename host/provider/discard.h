@@ -1,7 +1,8 @@
 /*
 ** Removing a closed session's files off the loop: a session that wrote
 ** 100k files takes a second to remove, and other sessions are served
-** meanwhile. The session itself is freed at once; its directory goes on
+** meanwhile. The session itself is freed at once; what its backend left
+** to wait for (the sandbox's end, session.h) and then its directory go on
 ** a job (job.h), and the close that asked for it is answered after.
 */
 #ifndef SMOL_DISCARD_H

@@ -35,9 +35,9 @@ void sessions_close_all(void) {
   while (session_first()) {
     session *s = session_first();
     session_end(s);
-    session_free(s);   /* nothing else to serve: its files go now */
+    session_discard(s, NULL, NULL, NULL);
   }
-  discards_finish();
+  discards_finish();   /* every sandbox ended and every session's files removed, in parallel */
   root_remove();
 }
 

@@ -285,6 +285,11 @@ static bool fall_back(opening *o, const failure *f) {
   if (!s->profile->automatic || s->backend != &backend_bwrap || o->fell_back) return false;
   fprintf(stderr, "smolwf-provider: %s: %s; using local/default\n", s->profile->name, f->message);
   s->backend->close(s);
+  if (s->close_wait) {   /* the failed sandbox's end: it is not going to be removed with the session */
+    s->close_wait(s->close_data);
+    s->close_done(s->close_data);
+    s->close_wait = NULL;
+  }
   s->backend = &backend_local;
   o->fell_back = true;
   if (s->ws.kind == WORKSPACE_OVERLAY) {

@@ -59,6 +59,7 @@ session *session_new(const profile *p, failure *f) {
 }
 
 void session_free(session *s) {
+  if (s->close_wait) { s->close_wait(s->close_data); s->close_done(s->close_data); }
   if (s->workspace_fd >= 0) close(s->workspace_fd);
   if (s->written_fd >= 0) close(s->written_fd);
   if (s->tmp_fd >= 0) close(s->tmp_fd);

@@ -54,6 +54,14 @@ typedef struct session {
   bool *group_reaped;       /* its leader was reaped: a live process with that pid is not ours */
   size_t ngroups, groups_cap;
   struct disk_watch *disk;  /* the checked disk allowance (disk_cap.h), NULL without one */
+  /*
+  ** What the backend's close left to wait for (its sandbox's end): done on
+  ** the thread that removes the session's files, before it removes them
+  ** (close_wait, which may block), then close_done on the loop. NULL: nothing.
+  */
+  void (*close_wait)(void *data);
+  void (*close_done)(void *data);
+  void *close_data;
   bool closing;
   struct session *next;     /* in the table of open sessions */
 } session;
