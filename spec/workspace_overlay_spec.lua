@@ -128,6 +128,19 @@ describe("overlay workspaces", function()
     assert.equals("x\n", read(conn, s, "n"))
   end)
 
+  it("fall back to a copy when bwrap refuses what the overlay needs (as a setuid bwrap refuses --cap-add)", function()
+    local bwrap = io.popen("command -v bwrap"):read("l")
+    local wrapper = ph.tempdir() .. "/bwrap"
+    fs.write_file(wrapper, ("#!/bin/sh\ncase \" $* \" in *' --cap-add '*) " ..
+      "echo 'bwrap: --cap-add in setuid mode can be used only by root' >&2; exit 1;; esac\nexec %s \"$@\"\n"):format(bwrap))
+    assert(os.execute("chmod 755 " .. wrapper))
+    local conn, dir = ph.start({env_extra = {SMOLWF_BWRAP = wrapper}}), host_tree()
+    local s = open_bwrap(conn, {host_path = dir})
+    assert.equals("copy", s.capabilities.workspace)
+    assert.equals("hello\n", sh(conn, s, "cat a.txt"))
+    assert.matches("trying again without an overlay", table.concat(conn.stderr_tail, "\n"))
+  end)
+
   it("with mode \"ro\" let nothing write, commands nor file operations", function()
     local conn, dir = ph.start(), host_tree()
     local s = open_bwrap(conn, {host_path = dir, mode = "ro"})

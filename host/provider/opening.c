@@ -301,13 +301,30 @@ static bool fall_back(opening *o, const failure *f) {
   return true;
 }
 
+/*
+** A sandbox that could not even start for its overlay (a setuid bwrap
+** refuses --cap-add, say) is started again without one, and the tree
+** copied in: an overlay is an optimisation, never a reason to fail.
+*/
+static bool retry_without_overlay(opening *o, const failure *f) {
+  session *s = o->s;
+  if (s->backend != &backend_bwrap || s->ws.kind != WORKSPACE_OVERLAY) return false;
+  fprintf(stderr, "smolwf-provider: session %s: %s; trying again without an overlay\n", s->id, f->message);
+  s->backend->close(s);
+  if (s->close_wait) { s->close_wait(s->close_data); s->close_done(s->close_data); s->close_wait = NULL; }
+  s->ws.kind = WORKSPACE_COPY;
+  s->ws.overlay_refused = -EPERM;
+  begin_backend(o);
+  return true;
+}
+
 void backend_opened(session *s, const failure *f) {
   opening *o = NULL;
   for (opening *it = table()->first; it && !o; it = it->next) if (it->s && it->s == s) o = it;
   if (!o) return;
   failure why;
   if (o->cancelled) { cancelled_failure(&why, o); abandon(o, &why); return; }
-  if (f && fall_back(o, f)) return;
+  if (f && (retry_without_overlay(o, f) || fall_back(o, f))) return;
   if (f) { fail(&why, f->code, "open: profile `%s`: %s", s->profile->name, f->message); abandon(o, &why); return; }
   if (s->ws.overlay_refused && o->copy_from_fd < 0 && !o->copy_layer) { begin_fill(o); return; }
   finish(o);
