@@ -15,7 +15,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "bwrap_args.h"
 #include "bwrap_probe.h"
 #include "capabilities.h"
 #include "context.h"
@@ -27,6 +26,7 @@
 #include "root.h"
 #include "tree.h"
 #include "workspace.h"
+#include "workspace_plan.h"
 
 /* An open that has run this long starts sending progress events, then every PROGRESS_EVERY_MS. */
 #define PROGRESS_AFTER_MS 1000
@@ -41,13 +41,8 @@ typedef struct opening {
   char *cwd;                /* asked for (relative to the workspace), or the parent's for a fork */
   bool progress;            /* the client asked for progress events */
   const char *phase;        /* what progress events say is going on */
-  /* What the prepare job copies: -1 for none (fds the opening owns). */
-  int copy_from_fd, tmp_from_fd;
-  bool copy_layer;          /* copy_from_fd is an overlay's upper layer (a fork's parent) */
-  char *hide_root;          /* the provider's root inside an overlay's lower layer (relative), or NULL */
-  file_id *skip;            /* what a copy of the host tree never enters: the provider's root, every session's directory */
-  size_t nskip;
-  unsigned pace_ms;         /* $SMOLWF_PROVIDER_COPY_PACE_MS: copies pause after each file (a test seam) */
+  workspace_plan plan;      /* what the jobs copy and hide */
+  bool skips_listed;
   job *job;
   copy_outcome copied, tmp_copied, hidden;
   uint64_t files, bytes;    /* what the jobs did, summed */
@@ -77,11 +72,6 @@ static void unlink_opening(opening *o) {
     if (*pp == o) { *pp = o->next; return; }
 }
 
-static void close_fd(int *fd) {
-  if (*fd >= 0) close(*fd);
-  *fd = -1;
-}
-
 static void free_timer(uv_handle_t *h) {
   free(h->data);
 }
@@ -89,13 +79,9 @@ static void free_timer(uv_handle_t *h) {
 /* Frees o; its session and request were taken or answered already. */
 static void opening_free(opening *o) {
   unlink_opening(o);
-  excludes_free(&o->excludes);
+  workspace_plan_free(&o->plan);
   free(o->cwd);
-  free(o->hide_root);
-  free(o->skip);
   cJSON_Delete(o->params);
-  close_fd(&o->copy_from_fd);
-  close_fd(&o->tmp_from_fd);
   copy_outcome_clear(&o->copied);
   copy_outcome_clear(&o->tmp_copied);
   copy_outcome_clear(&o->hidden);
@@ -141,9 +127,10 @@ static int dir_fd(int fd) {
 /* One copy of the prepare or fill job, into dst_fd (an O_PATH fd: opened for reading here). */
 static void copy_tree(opening *o, job *j, int from_fd, int into_fd, const char *label, bool layer, copy_outcome *out) {
   int dst = dir_fd(into_fd);
-  copy_spec spec = {.src_fd = from_fd, .src_label = label, .dst_fd = dst, .skip = o->skip, .nskip = o->nskip,
-                    .excludes = layer ? NULL : &o->excludes, .skip_cache_dirs = !layer,
-                    .overlay_layer = layer, .job = j, .pace_ms = o->pace_ms};
+  const workspace_plan *p = &o->plan;
+  copy_spec spec = {.src_fd = from_fd, .src_label = label, .dst_fd = dst, .skip = p->skip, .nskip = p->nskip,
+                    .excludes = layer ? NULL : &p->excludes, .skip_cache_dirs = !layer,
+                    .overlay_layer = layer, .job = j, .pace_ms = p->pace_ms};
   if (dst < 0) { memset(out, 0, sizeof *out); fail_errno(&out->f, errno, "opening session directory", label); }
   else workspace_copy(&spec, out);
   if (dst >= 0) close(dst);
@@ -154,16 +141,17 @@ static void prepare_work(job *j) {
   opening *o = j->data;
   session *s = o->s;
   const char *label = s->ws.host_path ? s->ws.host_path : "the parent session's workspace";
+  const workspace_plan *p = &o->plan;
   o->copied.ok = o->tmp_copied.ok = o->hidden.ok = true;
-  if (o->copy_from_fd >= 0) copy_tree(o, j, o->copy_from_fd, s->written_fd, label, o->copy_layer, &o->copied);
-  if (o->copied.ok && o->tmp_from_fd >= 0)
-    copy_tree(o, j, o->tmp_from_fd, s->tmp_fd, "the parent session's tmp", o->copy_layer, &o->tmp_copied);
-  if (!o->copied.ok || s->ws.kind != WORKSPACE_OVERLAY || !s->ws.host_path || o->copy_layer) return;
+  if (p->copy_from_fd >= 0) copy_tree(o, j, p->copy_from_fd, s->written_fd, label, p->copy_layer, &o->copied);
+  if (o->copied.ok && p->tmp_from_fd >= 0)
+    copy_tree(o, j, p->tmp_from_fd, s->tmp_fd, "the parent session's tmp", p->copy_layer, &o->tmp_copied);
+  if (!o->copied.ok || s->ws.kind != WORKSPACE_OVERLAY || !s->ws.host_path || p->copy_layer) return;
   int lower = open(s->ws.host_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), upper = dir_fd(s->written_fd);
-  copy_spec spec = {.src_fd = lower, .src_label = s->ws.host_path, .dst_fd = upper, .excludes = &o->excludes, .job = j};
+  copy_spec spec = {.src_fd = lower, .src_label = s->ws.host_path, .dst_fd = upper, .excludes = &p->excludes, .job = j};
   if (lower >= 0 && upper >= 0) {
     workspace_hide(&spec, &o->hidden);
-    if (o->hidden.ok && o->hide_root) o->hidden.ok = workspace_hide_path(lower, upper, o->hide_root, &o->hidden.f);
+    if (o->hidden.ok && p->hide_root) o->hidden.ok = workspace_hide_path(lower, upper, p->hide_root, &o->hidden.f);
   } else {
     fail_errno(&o->hidden.f, errno, "workspace_sync.host_path", s->ws.host_path);
     o->hidden.ok = false;
@@ -211,16 +199,6 @@ static bool run_job(opening *o, const char *phase, job_work_fn work, job_done_fn
   return false;
 }
 
-/* Adds the directory at fd, or else the one at path, to o's skip list. */
-static void add_skip(opening *o, int fd, const char *path) {
-  struct stat st;
-  if (fd >= 0 ? fstat(fd, &st) < 0 : !path || stat(path, &st) < 0) return;
-  file_id *grown = realloc(o->skip, (o->nskip + 1) * sizeof *grown);
-  if (!grown) abort();
-  o->skip = grown;
-  o->skip[o->nskip++] = (file_id){st.st_dev, st.st_ino};
-}
-
 /*
 ** A workspace may contain the provider's own root (host_path "/tmp", or
 ** $XDG_RUNTIME_DIR inside it): copying it would copy the new session
@@ -229,22 +207,20 @@ static void add_skip(opening *o, int fd, const char *path) {
 ** listed here, on the loop, where the sessions are.
 */
 static void list_skips(opening *o) {
-  add_skip(o, root_fd(), NULL);
-  add_skip(o, -1, o->s->root);
-  for (session *other = session_first(); other; other = other->next) add_skip(o, -1, other->root);
+  if (o->skips_listed) return;
+  o->skips_listed = true;
+  workspace_plan *p = &o->plan;
+  workspace_plan_skip(p, root_fd(), NULL);
+  workspace_plan_skip(p, -1, o->s->root);
+  for (session *other = session_first(); other; other = other->next) workspace_plan_skip(p, -1, other->root);
   for (opening *other = table()->first; other; other = other->next)
-    if (other->s) add_skip(o, -1, other->s->root);
-}
-
-static bool needs_prepare(const opening *o) {
-  return o->copy_from_fd >= 0 || o->tmp_from_fd >= 0 ||
-         (o->s->ws.kind == WORKSPACE_OVERLAY && (o->excludes.n > 0 || o->hide_root));
+    if (other->s) workspace_plan_skip(p, -1, other->s->root);
 }
 
 static void begin_prepare(opening *o) {
-  if (!needs_prepare(o)) { begin_backend(o); return; }
+  if (!workspace_plan_has_work(&o->plan, o->s)) { begin_backend(o); return; }
   list_skips(o);
-  run_job(o, o->copy_from_fd >= 0 ? "copy" : "hide", prepare_work, prepared);
+  run_job(o, o->plan.copy_from_fd >= 0 ? "copy" : "hide", prepare_work, prepared);
 }
 
 /* ====================================================== the backend */
@@ -264,13 +240,13 @@ static void fill_work(job *j) {
   opening *o = j->data;
   o->copied.ok = o->tmp_copied.ok = o->hidden.ok = true;
   empty_upper(o->s->written_fd);
-  copy_tree(o, j, o->copy_from_fd, o->s->written_fd, o->s->ws.host_path, false, &o->copied);
+  copy_tree(o, j, o->plan.copy_from_fd, o->s->written_fd, o->s->ws.host_path, false, &o->copied);
 }
 
 static void begin_fill(opening *o) {
-  if (!o->skip) list_skips(o);
-  o->copy_from_fd = open(o->s->ws.host_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (o->copy_from_fd < 0) {
+  list_skips(o);
+  o->plan.copy_from_fd = open(o->s->ws.host_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (o->plan.copy_from_fd < 0) {
     failure f;
     fail_errno(&f, errno, "open: workspace_sync.host_path", o->s->ws.host_path);
     abandon(o, &f);
@@ -326,7 +302,7 @@ void backend_opened(session *s, const failure *f) {
   if (o->cancelled) { cancelled_failure(&why, o); abandon(o, &why); return; }
   if (f && (retry_without_overlay(o, f) || fall_back(o, f))) return;
   if (f) { fail(&why, f->code, "open: profile `%s`: %s", s->profile->name, f->message); abandon(o, &why); return; }
-  if (s->ws.overlay_refused && o->copy_from_fd < 0 && !o->copy_layer) { begin_fill(o); return; }
+  if (s->ws.overlay_refused && o->plan.copy_from_fd < 0 && !o->plan.copy_layer) { begin_fill(o); return; }
   finish(o);
 }
 
@@ -362,7 +338,7 @@ static bool set_cwd(opening *o, failure *f) {
 /* The mechanism the session got, as capabilities.workspace names it. */
 static const char *mechanism(const opening *o) {
   switch (o->s->ws.kind) {
-    case WORKSPACE_EMPTY: return o->copy_from_fd >= 0 ? (o->copied.cloned ? "reflink" : "copy") : "empty";
+    case WORKSPACE_EMPTY: return o->plan.copy_from_fd >= 0 ? (o->copied.cloned ? "reflink" : "copy") : "empty";
     case WORKSPACE_COPY: return o->copied.cloned && o->files > 0 ? "reflink" : "copy";
     case WORKSPACE_OVERLAY: return "overlay";
     case WORKSPACE_BIND: return "bind";
@@ -428,72 +404,8 @@ static const profile *find_profile(const cJSON *params, failure *f) {
   return p;
 }
 
-static bool parse_excludes(opening *o, const cJSON *sync, failure *f) {
-  const cJSON *list = cJSON_GetObjectItemCaseSensitive(sync, "exclude");
-  if (!list || cJSON_IsNull(list)) return true;
-  if (!cJSON_IsArray(list)) return fail(f, "invalid_request", "open: `workspace_sync.exclude` must be an array of patterns");
-  int i = 0;
-  for (const cJSON *it = list->child; it; it = it->next, i++) {
-    const char *why = "is not a string";
-    if (!cJSON_IsString(it) || !excludes_add(&o->excludes, it->valuestring, &why))
-      return fail(f, "invalid_request", "open: `workspace_sync.exclude[%d]` %s", i + 1, why);
-  }
-  return true;
-}
-
 static bool uses_namespaces(const profile *p) {
   return p->isolation == ISOLATION_NAMESPACES || (p->automatic && bwrap_usable(NULL));
-}
-
-/* The kind of workspace `mode` asks for, on the backend the profile gets. */
-static bool choose_kind(session *s, const char *mode, bool namespaces, failure *f) {
-  if (!s->ws.host_path) { s->ws.kind = WORKSPACE_EMPTY; return true; }
-  if (strcmp(mode, "bind") == 0) { s->ws.kind = WORKSPACE_BIND; return true; }
-  if (strcmp(mode, "ro") == 0) {
-    if (!namespaces) return fail(f, "unsupported", "open: `workspace_sync.mode` \"ro\" needs a bubblewrap session "
-                                 "(without namespaces nothing keeps commands from writing the host tree); "
-                                 "use \"copy\" or a bwrap profile");
-    s->ws.kind = WORKSPACE_RO;
-    return true;
-  }
-  if (strcmp(mode, "copy") != 0)
-    return fail(f, "invalid_request", "open: `workspace_sync.mode` must be \"copy\", \"bind\" or \"ro\", not \"%s\"", mode);
-  s->ws.kind = namespaces ? WORKSPACE_OVERLAY : WORKSPACE_COPY;
-  return true;
-}
-
-/* The provider's root, relative to the host tree when it lies inside it (an overlay must not show it). */
-static char *root_inside(const char *host_path) {
-  char tree[PATH_MAX], root[PATH_MAX];
-  if (!root_path() || !realpath(host_path, tree) || !realpath(root_path(), root)) return NULL;
-  size_t n = strlen(tree);
-  if (strcmp(tree, "/") == 0) return strdup(root + 1);
-  if (strncmp(root, tree, n) != 0 || root[n] != '/') return NULL;
-  return strdup(root + n + 1);
-}
-
-/* workspace_sync: host_path, exclude, mode. */
-static bool plan_workspace(opening *o, const cJSON *params, bool namespaces, failure *f) {
-  session *s = o->s;
-  const cJSON *sync = NULL;
-  const char *host_path = NULL, *mode = "copy";
-  if (!param_object(params, "workspace_sync", &sync, f) || !param_string(sync, "host_path", true, &host_path, f) ||
-      !param_string(sync, "mode", true, &mode, f) || !parse_excludes(o, sync, f))
-    return false;
-  if (host_path && !*host_path) host_path = NULL;   /* "" is no workspace, as null is */
-  if (host_path) s->ws.host_path = strdup(host_path);
-  if (!choose_kind(s, mode, namespaces, f)) return false;
-  if (o->excludes.n > 0 && s->ws.kind != WORKSPACE_COPY && s->ws.kind != WORKSPACE_OVERLAY)
-    return fail(f, "invalid_request", "open: `workspace_sync.exclude` needs a copied workspace (mode \"copy\")");
-  if (!host_path) return true;
-  int fd = open(host_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return fail_errno(f, errno, "open: workspace_sync.host_path", host_path);
-  if (s->ws.kind == WORKSPACE_COPY) o->copy_from_fd = fd;
-  else close(fd);
-  if (s->ws.kind == WORKSPACE_OVERLAY) o->hide_root = root_inside(host_path);
-  const char *no_overlay = getenv("SMOLWF_PROVIDER_NO_OVERLAY");
-  s->ws.refuse_overlay = no_overlay && strcmp(no_overlay, "1") == 0;
-  return true;
 }
 
 static opening *opening_new(request *r, session *s) {
@@ -501,38 +413,15 @@ static opening *opening_new(request *r, session *s) {
   if (!o) abort();
   o->r = r;
   o->s = s;
-  o->copy_from_fd = o->tmp_from_fd = -1;
+  workspace_plan_init(&o->plan);
   o->serial = ++table()->next_serial;
   o->phase = "plan";
-  const char *pace = getenv("SMOLWF_PROVIDER_COPY_PACE_MS");
-  o->pace_ms = pace ? (unsigned)strtoul(pace, NULL, 10) : 0;
   uv_timer_init(provider_ctx()->loop, &o->progress_timer);
   o->progress_timer.data = o;
   uv_timer_start(&o->progress_timer, on_progress, PROGRESS_AFTER_MS, PROGRESS_EVERY_MS);
   o->next = table()->first;
   table()->first = o;
   return o;
-}
-
-/*
-** overlay's work directory, beside the upper layer in the session's
-** directory; and the upper layer's top made to look like the host tree's
-** (overlay shows the upper one's mode and times). The session's
-** directory stays 0700: nobody else reaches either.
-*/
-static bool make_work_dir(session *s, failure *f) {
-  char path[PATH_MAX];
-  snprintf(path, sizeof path, "%s/%s", s->root, SESSION_WORK_DIR);
-  if (mkdir(path, 0700) < 0) return fail_errno(f, errno, "open: creating", path);
-  struct stat st;
-  int upper = open(s->workspace_host, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (upper >= 0 && s->ws.host_path && stat(s->ws.host_path, &st) == 0) {
-    struct timespec times[2] = {st.st_atim, st.st_mtim};
-    fchmod(upper, st.st_mode & 07777);
-    futimens(upper, times);
-  }
-  if (upper >= 0) close(upper);
-  return true;
 }
 
 /* The rest of open, once the profile's backend is known (the probe has run, if it must). */
@@ -545,8 +434,7 @@ static void plan_open(opening *o, const cJSON *params, const profile *prof) {
   s->backend = namespaces ? &backend_bwrap : &backend_local;
   const char *cwd = NULL;
   param_bool(params, "progress", &o->progress, &f);
-  if (!param_string(params, "cwd", true, &cwd, &f) || !plan_workspace(o, params, namespaces, &f) ||
-      (s->ws.kind == WORKSPACE_OVERLAY && !make_work_dir(s, &f))) {
+  if (!param_string(params, "cwd", true, &cwd, &f) || !workspace_plan_open(&o->plan, s, params, namespaces, &f)) {
     s->backend = NULL;
     abandon(o, &f);
     return;
@@ -589,24 +477,6 @@ void method_open(request *r, const cJSON *params) {
 
 /* ====================================================== fork */
 
-/* The child's workspace: the parent's kind over the same host tree, its written files copied. */
-static bool plan_fork(opening *o, const session *parent, failure *f) {
-  session *s = o->s;
-  s->ws.kind = parent->ws.kind;
-  s->ws.host_path = parent->ws.host_path ? strdup(parent->ws.host_path) : NULL;
-  s->ws.refuse_overlay = parent->ws.refuse_overlay;
-  if (parent->ws.kind == WORKSPACE_BIND)
-    return fail(f, "unsupported", "fork: session `%s` works on the host tree itself (mode \"bind\"): "
-                "a fork would write into it too", parent->id);
-  if (parent->ws.kind == WORKSPACE_OVERLAY && !make_work_dir(s, f)) return false;
-  if (parent->ws.kind != WORKSPACE_RO) o->copy_from_fd = dir_fd(parent->written_fd);
-  o->tmp_from_fd = dir_fd(parent->tmp_fd);
-  o->copy_layer = true;
-  if ((parent->ws.kind != WORKSPACE_RO && o->copy_from_fd < 0) || o->tmp_from_fd < 0)
-    return fail_errno(f, errno, "fork: reading session", parent->id);
-  return true;
-}
-
 /* The parent's cwd relative to its workspace (a local session's views are host paths), NULL for the top. */
 static char *cwd_in_workspace(const session *parent) {
   size_t n = strlen(parent->workspace_view);
@@ -622,7 +492,7 @@ void method_fork(request *r, session *parent, const cJSON *params) {
   opening *o = opening_new(r, s);
   s->backend = parent->backend;
   param_bool(params, "progress", &o->progress, &f);
-  if (!plan_fork(o, parent, &f)) { s->backend = NULL; abandon(o, &f); return; }
+  if (!workspace_plan_fork(&o->plan, s, parent, &f)) { s->backend = NULL; abandon(o, &f); return; }
   o->cwd = cwd_in_workspace(parent);
   begin_prepare(o);
 }
