@@ -88,6 +88,19 @@ end
 describe("fork", function()
   after_each(function() ph.stop_all() end)
 
+  it("of an overlay session works for an ordinary user too, whiteouts included", function()
+    if not ph.IS_ROOT then pending("needs root to drop to nobody") return end
+    local dir, base = host_tree(), ph.tempdir()
+    assert(os.execute("chown -R nobody:nogroup " .. dir .. " && chmod 777 " .. base))
+    local conn = ph.start({prefix = ph.AS_NOBODY, env_extra = {XDG_RUNTIME_DIR = base}})
+    if not bwrap_works(conn) then pending("bubblewrap does not work here") return end
+    local parent = ph.open(conn, {profile = {provider = "bwrap", name = "default"}, workspace_sync = {host_path = dir}})
+    sh(conn, parent, "rm a.txt; echo p > p")
+    local child = fork(conn, parent)
+    assert.equals("overlay", child.capabilities.workspace)
+    assert.equals("b.txt\np\n65534\n", sh(conn, child, "ls; id -u"))
+  end)
+
   it("refuses a session that works on the host tree itself, and an unknown one", function()
     local conn = ph.start()
     local s = ph.open(conn, {workspace_sync = {host_path = host_tree(), mode = "bind"}})
