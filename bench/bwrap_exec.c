@@ -26,6 +26,14 @@
 #include "session.h"
 
 static int exits_seen;
+static bool opened, open_failed;
+
+/* The backend's open ends here: HELLO came, or the sandbox did not start. */
+void backend_opened(session *s, const failure *f) {
+  (void)s;
+  opened = true;
+  if (f) { open_failed = true; fprintf(stderr, "smolwf-bench-bwrap-exec: open: %s: %s\n", f->code, f->message); }
+}
 
 /* The backend reports exits here; the benchmark only counts them. */
 void proc_exited(proc *p, int wait_status) {
@@ -72,13 +80,13 @@ static int open_session(session *s, char *root) {
   s->id = "bench";
   s->workspace_host = ws;
   s->tmp_host = tmp;
-  s->workspace_fd = s->tmp_fd = -1;
+  s->workspace_fd = s->written_fd = s->tmp_fd = -1;
   s->profile = profile_find("bwrap", "default");
-  const char *code;
-  char msg[1024];
-  if (backend_bwrap.open(s, &code, msg, sizeof msg) == 0) return 0;
-  fprintf(stderr, "smolwf-bench-bwrap-exec: open: %s: %s\n", code, msg);
-  return -1;
+  failure f;
+  int rc = backend_bwrap.open(s, &f);
+  if (rc < 0) { fprintf(stderr, "smolwf-bench-bwrap-exec: open: %s: %s\n", f.code, f.message); return -1; }
+  while (!opened) uv_run(provider_ctx()->loop, UV_RUN_ONCE);
+  return open_failed ? -1 : 0;
 }
 
 static double time_sandboxed(session *s, const spawn_spec *spec) {
@@ -131,6 +139,7 @@ int main(int argc, char **argv) {
   int rc = run(&s, n);
   double t0 = now();
   backend_bwrap.close(&s);
+  if (s.close_wait) { s.close_wait(s.close_data); s.close_done(s.close_data); }
   printf("%-50s %.2f ms\n", "closing the session (sandbox torn down, reaped)", (now() - t0) * 1e3);
   uv_run(ctx->loop, UV_RUN_DEFAULT);
   free(s.workspace_view);

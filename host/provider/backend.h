@@ -9,6 +9,7 @@
 #define SMOL_BACKEND_H
 
 #include <sys/types.h>
+#include "failure.h"
 #include "spawn.h"
 
 struct session;   /* session.h */
@@ -19,13 +20,15 @@ typedef struct backend_ops {
 
   /*
   ** Prepares the session once at open. The session's root, workspace and
-  ** tmp directories already exist on the host; the backend sets how
-  ** commands see them (session->workspace_view, session->tmp_view) and may
-  ** keep private state in session->backend_data. Returns 0, or -1 with a
-  ** protocol error code ("unsupported", "internal", ...) and a message
-  ** written into code/msg.
+  ** tmp directories already exist on the host, and session->ws says what
+  ** the workspace is made of; the backend sets how commands see the areas
+  ** (session->workspace_view, session->tmp_view), where file operations
+  ** start (session->workspace_fd), and may keep private state in
+  ** session->backend_data. Returns 1 when the session is ready, 0 when it
+  ** will be: the backend then calls backend_opened() once, from the loop
+  ** (unless close comes first); -1, with f filled, when it cannot be.
   */
-  int (*open)(struct session *s, const char **code, char *msg, size_t msglen);
+  int (*open)(struct session *s, failure *f);
 
   /*
   ** Starts one command (spec paths are as commands see them). On success
@@ -42,6 +45,9 @@ typedef struct backend_ops {
   /* Kills everything the session started and releases backend_data. Once. */
   void (*close)(struct session *s);
 } backend_ops;
+
+/* A pending open's end (opening.c): f is NULL when the session is ready. */
+void backend_opened(struct session *s, const failure *f);
 
 extern const backend_ops backend_local;
 extern const backend_ops backend_bwrap;

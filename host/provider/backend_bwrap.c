@@ -5,10 +5,9 @@
 ** namespaces (pid, /tmp...) and cost about what a plain spawn costs.
 **
 **   open   socketpairs -> `bwrap ... helper` (channel on its fd 0 and 1)
-**          -> wait for HELLO (or for bwrap to fail, and say why)
-**   start  START -> STARTED {tag, pid in the namespace}
-**          (synchronous: the helper answers at once; a timeout guards
-**          against a helper that does not)
+**          -> the loop reads HELLO (or bwrap's failure, and says why)
+**   start  START, tracked at once: nothing is waited for (a START the
+**          helper could not run comes back as FAILED on the events channel)
 **   exit   EXITED {tag, status} on the events channel, read by the loop
 **   signal SIGNAL {tag, signo}: the helper signals the command's group
 **   close  close the control channel: the helper (pid 1) exits and the
@@ -24,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -42,7 +42,11 @@
 
 /* Bounds on waiting for the helper: it answers in microseconds unless it is gone. */
 #define STARTUP_TIMEOUT_MS 10000
-#define REPLY_TIMEOUT_MS 10000
+/*
+** A START waits only for room in the control socket: the helper drains it
+** as fast as it starts commands, so a full socket for this long means it is stuck.
+*/
+#define SEND_TIMEOUT_MS 10000
 #define EXIT_TIMEOUT_MS 2000
 
 typedef struct running {
@@ -58,6 +62,9 @@ typedef struct bwrap_state {
   int bwrap_pidfd;
   uv_poll_t events_watch;
   bool watching;
+  int err_fd;              /* bwrap's stderr until HELLO: why a sandbox did not start */
+  uv_timer_t startup_timer;   /* bounds the wait for HELLO */
+  bool starting;           /* HELLO not seen yet: the session's open is pending */
   unsigned handles_open;   /* uv handles not closed yet: the state is freed after the last */
   bool broken;             /* the helper is gone: no more commands */
   uint64_t next_tag;
@@ -66,6 +73,11 @@ typedef struct bwrap_state {
 } bwrap_state;
 
 /* ====================================================== channel I/O */
+
+static void close_fds(int fds[2]) {
+  for (int i = 0; i < 2; i++) if (fds[i] >= 0) close(fds[i]);
+  fds[0] = fds[1] = -1;
+}
 
 /* Sends msg with up to three fds (-1 entries skipped). 0 or -errno. */
 static int send_message(int sock, const void *msg, size_t len, const int *fds, int nfds) {
@@ -87,24 +99,23 @@ static int send_message(int sock, const void *msg, size_t len, const int *fds, i
   return n < 0 ? -errno : 0;
 }
 
-/* Receives one reply and at most one fd (*fd = -1 if none). Bytes read, 0 at EOF, or -errno. */
-static ssize_t recv_reply(int sock, helper_reply *r, int *fd, int flags) {
-  union { struct cmsghdr h; char buf[CMSG_SPACE(sizeof(int))]; } ctl;
+/* Receives one reply and at most two fds (fds[i] = -1 if absent). Bytes read, 0 at EOF, or -errno. */
+static ssize_t recv_reply(int sock, helper_reply *r, int fds[2], int flags) {
+  union { struct cmsghdr h; char buf[CMSG_SPACE(2 * sizeof(int))]; } ctl;
   struct iovec iov = {r, sizeof *r};
   struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
                       .msg_controllen = sizeof ctl.buf};
   ssize_t n;
   do n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | flags); while (n < 0 && errno == EINTR);
-  *fd = -1;
+  fds[0] = fds[1] = -1;
   struct cmsghdr *c = n >= 0 ? CMSG_FIRSTHDR(&mh) : NULL;
-  if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int)))
-    memcpy(fd, CMSG_DATA(c), sizeof(int));
+  if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len >= CMSG_LEN(sizeof(int)))
+    memcpy(fds, CMSG_DATA(c), c->cmsg_len >= CMSG_LEN(2 * sizeof(int)) ? 2 * sizeof(int) : sizeof(int));
   if (n < 0) return -errno;
   /* A descriptor sent with it that we could not take: our descriptor table is full. */
-  if (*fd < 0 && (mh.msg_flags & MSG_CTRUNC)) return -EMFILE;
+  if (fds[0] < 0 && (mh.msg_flags & MSG_CTRUNC)) return -EMFILE;
   if (n > 0 && n != (ssize_t)sizeof *r) {
-    if (*fd >= 0) close(*fd);
-    *fd = -1;
+    close_fds(fds);
     return -EPROTO;
   }
   return n;
@@ -157,19 +168,27 @@ static void helper_lost(bwrap_state *st) {
   }
 }
 
+static bool take_hello(session *s, bwrap_state *st);
+
 static void on_events(uv_poll_t *h, int status, int events) {
   (void)status; (void)events;
   session *s = h->data;
   bwrap_state *st = s->backend_data;
+  if (st->starting) { take_hello(s, st); return; }
   for (;;) {
     helper_reply r;
-    int fd;
-    ssize_t n = recv_reply(st->events_fd, &r, &fd, MSG_DONTWAIT);
-    if (fd >= 0) close(fd);
+    int fds[2];
+    ssize_t n = recv_reply(st->events_fd, &r, fds, MSG_DONTWAIT);
+    close_fds(fds);
     if (n == -EAGAIN) break;
-    if (n <= 0 || r.type != HELPER_EXITED) { helper_lost(st); break; }
+    if (n <= 0 || (r.type != HELPER_EXITED && r.type != HELPER_FAILED)) { helper_lost(st); break; }
     proc *p = untrack(st, r.tag);
-    if (p) proc_exited(p, r.value);
+    if (p && r.type == HELPER_FAILED) {   /* like a program that cannot be executed: 126, and why */
+      fprintf(stderr, "smolwf-provider: the sandbox helper could not start a command: %s\n", strerror(-r.value));
+      proc_exited(p, 126 << 8);
+    } else if (p) {
+      proc_exited(p, r.value);
+    }
   }
   disk_watch_changed(s, !st->broken);   /* measures now, after exits (disk_cap.h) */
 }
@@ -191,16 +210,14 @@ static void stop_watching(bwrap_state *st) {
 
 /* ====================================================== open */
 
-/* Why a probe-approved sandbox still failed: what bwrap wrote on stderr. */
-static void startup_failure(int errfd, char *msg, size_t msglen) {
+/* Why a probe-approved sandbox still failed: what bwrap wrote on stderr (it has exited by now). */
+static void startup_failure(int errfd, failure *f) {
   char said[512];
-  struct pollfd p = {errfd, POLLIN, 0};
-  /* bwrap has exited if it failed; if it hangs instead, do not hang with it */
-  ssize_t n = poll(&p, 1, 0) == 1 ? read(errfd, said, sizeof said - 1) : 0;
+  ssize_t n = errfd >= 0 ? read(errfd, said, sizeof said - 1) : 0;
   said[n > 0 ? n : 0] = '\0';
   said[strcspn(said, "\n")] = '\0';
-  snprintf(msg, msglen, "the bubblewrap sandbox did not start: %s",
-           *said ? (strncmp(said, "bwrap: ", 7) == 0 ? said + 7 : said) : "no reason given");
+  fail(f, "internal", "the bubblewrap sandbox did not start: %s",
+       *said ? (strncmp(said, "bwrap: ", 7) == 0 ? said + 7 : said) : "no reason given");
 }
 
 /* The provider's own executable, bound into the sandbox as the helper. */
@@ -209,39 +226,103 @@ static void self_exe(char *path, size_t size) {
   path[n > 0 ? n : 0] = '\0';
 }
 
-/*
-** Waits for the helper's HELLO (with its pidfd). 0, or -EPROTO when the
-** sandbox did not come up (msg says why when it was the helper's build),
-** or -errno when we could not take its pidfd.
-*/
-static int await_hello(bwrap_state *st, char *msg, size_t msglen) {
-  struct pollfd p = {st->events_fd, POLLIN, 0};
-  if (poll(&p, 1, STARTUP_TIMEOUT_MS) <= 0) return -EPROTO;
-  helper_reply hello;
-  ssize_t n = recv_reply(st->events_fd, &hello, &st->helper_pidfd, MSG_DONTWAIT);
-  if (n == -EMFILE) {
-    snprintf(msg, msglen, "cannot take the sandbox helper's pidfd: %s", strerror(EMFILE));
-    return -EMFILE;
+/* HELLO's fds: the helper's pidfd, and the workspace as mounted inside, where file operations start. */
+static void keep_hello(session *s, bwrap_state *st, const helper_reply *hello, int fds[2]) {
+  st->helper_pidfd = fds[0];
+  close(s->workspace_fd);
+  s->workspace_fd = fds[1];
+  if (s->ws.kind == WORKSPACE_BIND) {   /* the host tree itself is what the session writes */
+    close(s->written_fd);
+    s->written_fd = fcntl(fds[1], F_DUPFD_CLOEXEC, 0);
   }
-  if (n > 0 && hello.type == HELPER_HELLO && st->helper_pidfd >= 0) {
-    if (hello.tag == helper_build_id()) return 0;
+  if (s->ws.kind == WORKSPACE_OVERLAY && hello->value < 0) {
+    s->ws.kind = WORKSPACE_COPY;   /* the helper bound the upper directory instead: copy into it */
+    s->ws.overlay_refused = hello->value;
+  }
+}
+
+static void stop_starting(bwrap_state *st);
+
+/*
+** The helper's first message: HELLO, with two fds. Anything else (bwrap
+** exited: end of file) means the sandbox did not come up. Either way the
+** session's open ends here.
+*/
+static bool take_hello(session *s, bwrap_state *st) {
+  helper_reply hello;
+  int fds[2];
+  ssize_t n = recv_reply(st->events_fd, &hello, fds, MSG_DONTWAIT);
+  if (n == -EAGAIN) return false;
+  failure f;
+  bool ok = n > 0 && hello.type == HELPER_HELLO && fds[0] >= 0 && fds[1] >= 0;
+  if (ok && hello.tag != helper_build_id()) {
     char exe[PATH_MAX];
     self_exe(exe, sizeof exe);
-    snprintf(msg, msglen, "the sandbox helper %s is not the running provider's build "
-             "(was the provider rebuilt since it started? restart it)", exe);
+    ok = fail(&f, "internal", "the sandbox helper %s is not the running provider's build "
+              "(was the provider rebuilt since it started? restart it)", exe);
+  } else if (n == -EMFILE || n == -ENFILE) {   /* the fds it sent could not be taken */
+    fail(&f, "limit_exceeded", "cannot take the sandbox helper's descriptors: %s", strerror((int)-n));
+  } else if (!ok) {
+    startup_failure(st->err_fd, &f);
   }
-  if (st->helper_pidfd >= 0) close(st->helper_pidfd);
-  st->helper_pidfd = -1;
-  return -EPROTO;
+  if (ok) keep_hello(s, st, &hello, fds);
+  else close_fds(fds);
+  stop_starting(st);
+  if (ok) set_timeouts(st->control_fd, SEND_TIMEOUT_MS);
+  backend_opened(s, ok ? NULL : &f);
+  return ok;
+}
+
+static void on_startup_timeout(uv_timer_t *t) {
+  session *s = t->data;
+  bwrap_state *st = s->backend_data;
+  failure f;
+  fail(&f, "internal", "the bubblewrap sandbox did not start within %d ms", STARTUP_TIMEOUT_MS);
+  stop_starting(st);
+  backend_opened(s, &f);
+}
+
+/* `helper`, or `helper overlay UID GID [refuse]` (sandbox_mount.h); under the loader with a root of its own. */
+static void helper_command(const session *s, char **command, char ids[2][24]) {
+  size_t n = 0;
+  if (s->profile->root) {
+    command[n++] = (char *)bwrap_helper_loader();
+    command[n++] = "--library-path";
+    command[n++] = SANDBOX_HELPER_LIBS;
+  }
+  command[n++] = SANDBOX_HELPER;
+  command[n++] = "helper";
+  if (s->ws.kind == WORKSPACE_OVERLAY) {
+    snprintf(ids[0], sizeof ids[0], "%ld", (long)getuid());
+    snprintf(ids[1], sizeof ids[1], "%ld", (long)getgid());
+    command[n++] = "overlay";
+    command[n++] = ids[0];
+    command[n++] = ids[1];
+    if (s->ws.refuse_overlay) command[n++] = "refuse";
+  }
+  command[n] = NULL;
+}
+
+/* What the sandbox sees of the session: its areas, and its workspace as session->ws says. */
+static void layout_of(const session *s, bwrap_layout *l) {
+  l->profile = s->profile;
+  l->tmp_host = s->tmp_host;
+  l->workspace_host = s->workspace_host;
+  if (s->ws.kind == WORKSPACE_BIND || s->ws.kind == WORKSPACE_RO) l->workspace_host = s->ws.host_path;
+  l->workspace_ro = s->ws.kind == WORKSPACE_RO;
+  if (s->ws.kind == WORKSPACE_OVERLAY) {
+    l->overlay_lower = s->ws.host_path;
+    l->session_host = s->root;
+  }
 }
 
 static pid_t start_bwrap(session *s, int control, int events, int errfd) {
-  static char *const command[] = {SANDBOX_HELPER, "helper", NULL};
   static char *const env[] = {"PATH=/usr/bin:/bin", NULL};
-  char exe[PATH_MAX];
+  char *command[12], ids[2][24], exe[PATH_MAX];
+  helper_command(s, command, ids);
   self_exe(exe, sizeof exe);
-  bwrap_layout layout = {.profile = s->profile, .workspace_host = s->workspace_host,
-                         .tmp_host = s->tmp_host, .helper_exe = exe, .command = command};
+  bwrap_layout layout = {.helper_exe = exe, .command = command};
+  layout_of(s, &layout);
   argvec argv = {0};
   bwrap_args_build(&argv, bwrap_program(), &layout);
   spawn_spec spec = {.argv = argv.v, .envp = env, .fd_in = control, .fd_out = events, .fd_err = errfd};
@@ -250,33 +331,82 @@ static pid_t start_bwrap(session *s, int control, int events, int errfd) {
   return pid;
 }
 
+/*
+** Waits for bwrap to exit after the helper was told to (its control
+** channel closed), then by force; reaps it. Blocks up to 2 * EXIT_TIMEOUT_MS:
+** on the loop only when a channel broke, else on the removal job (end_later).
+*/
+static void await_end(pid_t pid, int pidfd, int helper_pidfd) {
+  struct pollfd p = {pidfd, POLLIN, 0};
+  if (pidfd < 0 || poll(&p, 1, EXIT_TIMEOUT_MS) <= 0) kill(pid, SIGKILL);
+  /* Killed by force, bwrap's --die-with-parent takes the helper down: wait for that too. */
+  struct pollfd h = {helper_pidfd, POLLIN, 0};
+  if (helper_pidfd >= 0) {
+    syscall(SYS_pidfd_send_signal, helper_pidfd, SIGKILL, NULL, 0);
+    poll(&h, 1, EXIT_TIMEOUT_MS);
+  }
+  while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
+}
+
 /* Ends the sandbox and reaps bwrap: politely (the helper exits), then by force. */
 static void end_sandbox(bwrap_state *st) {
   if (st->control_fd >= 0) close(st->control_fd);
   st->control_fd = -1;
   if (st->bwrap_pid <= 0) return;
-  struct pollfd p = {st->bwrap_pidfd, POLLIN, 0};
-  if (st->bwrap_pidfd < 0 || poll(&p, 1, EXIT_TIMEOUT_MS) <= 0) kill(st->bwrap_pid, SIGKILL);
-  /* Killed by force, bwrap's --die-with-parent takes the helper down: wait for that too. */
-  struct pollfd h = {st->helper_pidfd, POLLIN, 0};
-  if (st->helper_pidfd >= 0) {
-    syscall(SYS_pidfd_send_signal, st->helper_pidfd, SIGKILL, NULL, 0);
-    poll(&h, 1, EXIT_TIMEOUT_MS);
-  }
-  while (waitpid(st->bwrap_pid, NULL, 0) < 0 && errno == EINTR) {}
+  await_end(st->bwrap_pid, st->bwrap_pidfd, st->helper_pidfd);
   strays_disown(st->bwrap_pid);
   st->bwrap_pid = 0;
 }
 
+/* A sandbox told to end, waited for on the job that then removes the session's files. */
+typedef struct sandbox_end {
+  pid_t pid;
+  int pidfd, helper_pidfd;
+} sandbox_end;
+
+static void end_wait(void *data) {
+  sandbox_end *e = data;
+  await_end(e->pid, e->pidfd, e->helper_pidfd);
+}
+
+static void end_done(void *data) {
+  sandbox_end *e = data;
+  strays_disown(e->pid);   /* owned until reaped: nothing else reaps it first */
+  if (e->pidfd >= 0) close(e->pidfd);
+  if (e->helper_pidfd >= 0) close(e->helper_pidfd);
+  free(e);
+}
+
+/*
+** Ends the sandbox without waiting on the loop: the helper is told (its
+** control channel closed); the wait for bwrap's exit is the session's
+** close_wait (session.h), done before its files are removed.
+*/
+static void end_later(session *s, bwrap_state *st) {
+  if (st->control_fd >= 0) close(st->control_fd);
+  st->control_fd = -1;
+  if (st->bwrap_pid <= 0) return;
+  sandbox_end *e = malloc(sizeof *e);
+  if (!e) abort();
+  *e = (sandbox_end){st->bwrap_pid, st->bwrap_pidfd, st->helper_pidfd};
+  st->bwrap_pid = 0;
+  st->bwrap_pidfd = st->helper_pidfd = -1;
+  s->close_wait = end_wait;
+  s->close_done = end_done;
+  s->close_data = e;
+}
+
 static void release_fds(bwrap_state *st) {
+  if (st->err_fd >= 0) close(st->err_fd);
+  st->err_fd = -1;
   if (st->events_fd >= 0) close(st->events_fd);
   if (st->helper_pidfd >= 0) close(st->helper_pidfd);
   if (st->bwrap_pidfd >= 0) close(st->bwrap_pidfd);
   st->events_fd = st->helper_pidfd = st->bwrap_pidfd = -1;
 }
 
-/* Starts bwrap on the child ends of the channel; keeps our ends. 0 or -errno with msg filled. */
-static int spawn_sandbox(session *s, bwrap_state *st, int errfd, char *msg, size_t msglen) {
+/* Starts bwrap on the child ends of the channel; keeps our ends. 0 or -1 with f filled. */
+static int spawn_sandbox(session *s, bwrap_state *st, int errfd, failure *f) {
   int control[2], events[2], err;
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, control) < 0) goto fail;
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, events) < 0) {
@@ -292,38 +422,22 @@ static int spawn_sandbox(session *s, bwrap_state *st, int errfd, char *msg, size
   if (st->bwrap_pid > 0) strays_own(st->bwrap_pid);
   close(control[1]);
   close(events[1]);
-  if (st->bwrap_pid < 0) {
-    snprintf(msg, msglen, "cannot start %s: %s", bwrap_program(), strerror(-st->bwrap_pid));
-    return st->bwrap_pid;
-  }
+  if (st->bwrap_pid < 0)
+    return fail(f, errno_code(-st->bwrap_pid), "cannot start %s: %s", bwrap_program(), strerror(-st->bwrap_pid)), -1;
   st->bwrap_pidfd = (int)syscall(SYS_pidfd_open, st->bwrap_pid, 0);
   return 0;
 fail:
-  err = errno;
-  snprintf(msg, msglen, "cannot create the sandbox channel: %s", strerror(err));
-  return -err;
+  return fail(f, errno_code(errno), "cannot create the sandbox channel: %s", strerror(errno)), -1;
 }
 
-/*
-** Starts the sandbox and waits for the helper. 0, or with msg filled
-** -errno when a system call failed (out of descriptors: limit_exceeded),
-** -EPROTO when the sandbox did not come up.
-*/
-static int launch(session *s, bwrap_state *st, char *msg, size_t msglen) {
+/* Starts the sandbox; HELLO comes later (on_events). 0, or -1 with f filled. */
+static int launch(session *s, bwrap_state *st, failure *f) {
   int err[2];
-  if (pipe2(err, O_CLOEXEC) < 0) {
-    int e = errno;
-    snprintf(msg, msglen, "cannot create a pipe for the sandbox: %s", strerror(e));
-    return -e;
-  }
-  int rc = spawn_sandbox(s, st, err[1], msg, msglen);
+  if (pipe2(err, O_CLOEXEC | O_NONBLOCK) < 0)
+    return fail(f, errno_code(errno), "cannot create a pipe for the sandbox: %s", strerror(errno)), -1;
+  int rc = spawn_sandbox(s, st, err[1], f);
   close(err[1]);
-  if (rc == 0) {
-    msg[0] = '\0';
-    rc = await_hello(st, msg, msglen);
-    if (rc < 0 && !msg[0]) startup_failure(err[0], msg, msglen);
-  }
-  close(err[0]);
+  st->err_fd = err[0];
   return rc;
 }
 
@@ -334,50 +448,62 @@ static void set_views(session *s) {
   s->tmp_view = strdup(SANDBOX_TMP);
 }
 
-/* A missing bind source would stop bwrap with a terse message; say which and where. */
-static int check_binds(const profile *p, const char **code, char *msg, size_t msglen) {
+/* A missing bind source (or root) would stop bwrap with a terse message; say which and where. */
+static int check_binds(const profile *p, failure *f) {
   for (size_t i = 0; i < p->nbinds; i++) {
     if (access(p->binds[i].host_path, F_OK) == 0) continue;
-    *code = errno == ENOENT ? "not_found" : "permission_denied";
-    snprintf(msg, msglen, "bind of %s (at %s in the sandbox): %s", p->binds[i].host_path,
-             p->binds[i].sandbox_path, strerror(errno));
-    return -1;
+    return fail(f, errno == ENOENT ? "not_found" : "permission_denied", "bind of %s (at %s in the sandbox): %s",
+                p->binds[i].host_path, p->binds[i].sandbox_path, strerror(errno)), -1;
   }
-  *code = "internal";   /* for whatever fails after this */
+  struct stat st;
+  if (p->root && (stat(p->root, &st) < 0 || !S_ISDIR(st.st_mode)))
+    return fail(f, errno == EACCES ? "permission_denied" : "not_found", "root %s: %s", p->root,
+                errno ? strerror(errno) : "not a directory"), -1;
   return 0;
 }
 
 static void bwrap_close(session *s);
 
-/* The loop's handle for exits from the helper. Its data is the session. */
+/* The loop's handle for HELLO, then exits, from the helper. Its data is the session. */
 static void watch_sandbox(session *s, bwrap_state *st) {
-  uv_poll_init(provider_ctx()->loop, &st->events_watch, st->events_fd);
+  uv_loop_t *loop = provider_ctx()->loop;
+  uv_poll_init(loop, &st->events_watch, st->events_fd);
   st->events_watch.data = s;
   uv_poll_start(&st->events_watch, UV_READABLE, on_events);
   st->watching = true;
   st->handles_open++;
+  uv_timer_init(loop, &st->startup_timer);
+  st->startup_timer.data = s;
+  uv_timer_start(&st->startup_timer, on_startup_timeout, STARTUP_TIMEOUT_MS, 0);
+  st->handles_open++;
+  st->starting = true;
 }
 
-static int bwrap_open(session *s, const char **code, char *msg, size_t msglen) {
+static void free_state(uv_handle_t *h);
+
+/* HELLO came (or will not): the timer goes; bwrap's stderr is not needed any more. */
+static void stop_starting(bwrap_state *st) {
+  if (!st->starting) return;
+  st->starting = false;
+  st->startup_timer.data = st;
+  uv_close((uv_handle_t *)&st->startup_timer, free_state);
+  if (st->err_fd >= 0) close(st->err_fd);
+  st->err_fd = -1;
+}
+
+static int bwrap_open(session *s, failure *f) {
   const char *why;
-  if (!bwrap_usable(&why)) {
-    *code = "unsupported";
-    snprintf(msg, msglen, "bubblewrap sandboxes cannot run here: %s; the profile local/default "
-             "works here, without isolation", why);
-    return -1;
-  }
+  if (!bwrap_usable(&why))
+    return fail(f, "unsupported", "bubblewrap sandboxes cannot run here: %s; the profile local/default "
+                "works here, without isolation", why), -1;
   bwrap_state *st = calloc(1, sizeof *st);
   if (!st) abort();
-  st->control_fd = st->events_fd = st->helper_pidfd = st->bwrap_pidfd = -1;
+  st->control_fd = st->events_fd = st->helper_pidfd = st->bwrap_pidfd = st->err_fd = -1;
   s->backend_data = st;
-  int rc = check_binds(s->profile, code, msg, msglen);
-  if (rc == 0) rc = launch(s, st, msg, msglen);
-  if (rc < 0) {
-    if (rc != -1 && rc != -EPROTO) *code = errno_code(-rc);
-    bwrap_close(s);   /* a failed open is not closed by session.c */
+  if (check_binds(s->profile, f) < 0 || launch(s, st, f) < 0) {
+    bwrap_close(s);   /* a failed open is not closed by its caller */
     return -1;
   }
-  set_timeouts(st->control_fd, REPLY_TIMEOUT_MS);
   watch_sandbox(s, st);
   set_views(s);
   return 0;
@@ -430,22 +556,6 @@ static int send_start(bwrap_state *st, const spawn_spec *spec, uint64_t tag) {
   return rc;
 }
 
-/*
-** Reads STARTED for tag: 0 with *pid the command's pid in the namespace
-** (or -errno when the helper could not start it), or -errno when the
-** channel failed (a timeout is -EAGAIN).
-*/
-static int await_started(bwrap_state *st, uint64_t tag, int *pid) {
-  helper_reply r;
-  int fd;
-  ssize_t n = recv_reply(st->control_fd, &r, &fd, 0);
-  if (fd >= 0) close(fd);   /* STARTED carries none */
-  if (n < 0) return (int)n;
-  if (n == 0 || r.type != HELPER_STARTED || r.tag != tag || r.value == 0) return -EPROTO;
-  *pid = r.value;
-  return 0;
-}
-
 /* After a channel failure the helper cannot be trusted to be in step: end the session's sandbox. */
 static int channel_broken(bwrap_state *st, int err) {
   fprintf(stderr, "smolwf-provider: bubblewrap session channel: %s\n", strerror(-err));
@@ -466,12 +576,8 @@ static int bwrap_start(session *s, proc *p, const spawn_spec *spec) {
   uint64_t tag = ++st->next_tag;
   int rc = send_start(st, spec, tag);
   if (rc == -E2BIG) return rc;
-  int pid = 0;
-  if (rc == 0) rc = await_started(st, tag, &pid);
-  if (rc == -EPROTO || rc == -EAGAIN || rc == -EPIPE || rc == -ECONNRESET) return channel_broken(st, rc);
-  if (rc < 0) return rc;
-  if (pid < 0) return pid;   /* the helper could not start it (e.g. EAGAIN from RLIMIT_NPROC) */
-  p->pid = pid;   /* in the namespace: only a sign that it started (signals go by tag) */
+  if (rc < 0) return channel_broken(st, rc);
+  p->pid = 1;   /* only a sign that it runs: its pid is the helper's to know (signals go by tag) */
   p->backend_data = (void *)(uintptr_t)tag;
   track(st, tag, p);
   disk_watch_changed(s, false);
@@ -498,7 +604,8 @@ static void bwrap_close(session *s) {
   bwrap_state *st = s->backend_data;
   if (!st) return;
   s->backend_data = NULL;
-  end_sandbox(st);
+  stop_starting(st);
+  end_later(s, st);
   free(st->running);
   st->running = NULL;
   st->nrunning = 0;

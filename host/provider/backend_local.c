@@ -13,6 +13,7 @@
 */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -109,17 +110,26 @@ static void set_view(char **view, const char *host) {
   *view = strdup(host);
 }
 
-static int local_open(session *s, const char **code, char *msg, size_t msglen) {
-  int rc = reaper_hold();
-  if (rc < 0) {
-    *code = errno_code(-rc);
-    snprintf(msg, msglen, "cannot watch processes: epoll_create1: %s", strerror(-rc));
-    return rc;
-  }
+/* A workspace that is the host tree itself: commands run in it, file operations start there. */
+static bool use_host_tree(session *s, failure *f) {
+  int fd = open(s->ws.host_path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return fail_errno(f, errno, "open: workspace_sync.host_path", s->ws.host_path);
+  close(s->workspace_fd);
+  close(s->written_fd);
+  s->workspace_fd = fd;
+  s->written_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  set_view(&s->workspace_view, s->ws.host_path);
+  return true;
+}
+
+static int local_open(session *s, failure *f) {
   set_view(&s->workspace_view, s->workspace_host);
+  if (s->ws.kind == WORKSPACE_BIND && !use_host_tree(s, f)) return -1;
+  int rc = reaper_hold();
+  if (rc < 0) return fail(f, errno_code(-rc), "cannot watch processes: epoll_create1: %s", strerror(-rc)), -1;
   set_view(&s->tmp_view, s->tmp_host);
   s->backend_data = ctx_alloc(sizeof(local_state));
-  return 0;
+  return 1;
 }
 
 static void unlink_watch(session *s, child_watch *w) {

@@ -23,8 +23,11 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <limits.h>
+#include <link.h>
 #include <stdio.h>
+#include <sys/auxv.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -104,27 +107,74 @@ void argvec_clear(argvec *s) {
   memset(s, 0, sizeof *s);
 }
 
-static void add_namespaces(argvec *a, const profile *p) {
+/*
+** A helper that mounts the workspace (sandbox_mount.h) gets the
+** capabilities that takes, runs as uid 0 of the namespace (else bwrap
+** would add a second namespace, where they would not count), and keeps
+** nested user namespaces off itself, as --disable-userns would.
+*/
+static void add_privileges(argvec *a, bool mounts) {
+  if (!mounts) { push3(a, "--disable-userns", "--cap-drop", "ALL"); return; }
+  push3(a, "--cap-drop", "ALL", NULL);
+  push3(a, "--cap-add", "CAP_SYS_ADMIN", NULL);
+  push3(a, "--cap-add", "CAP_DAC_OVERRIDE", NULL);
+  /* The kernel wants it of whoever maps uid 0 into a new namespace: the helper does, for root. */
+  push3(a, "--cap-add", "CAP_SETFCAP", NULL);
+  push3(a, "--uid", "0", NULL);
+  push3(a, "--gid", "0", NULL);
+}
+
+static void add_namespaces(argvec *a, const profile *p, bool mounts) {
   push3(a, "--unshare-user", "--unshare-pid", "--unshare-ipc");
   push3(a, "--unshare-uts", "--unshare-cgroup-try", NULL);
   if (!p->network) argvec_push(a, "--unshare-net");
-  push3(a, "--disable-userns", "--cap-drop", "ALL");
+  add_privileges(a, mounts);
   push3(a, "--die-with-parent", "--new-session", "--as-pid-1");
   push3(a, "--hostname", "sandbox", NULL);
 }
 
-static void add_system_dir(argvec *a, const char *dir) {
+/* root/dir at dir, read-only: a link is made again as the same link, a directory (or file) bound. */
+static void add_system_dir(argvec *a, const char *root, const char *dir) {
   struct stat st;
-  char target[4096];
-  if (lstat(dir, &st) < 0) return;
+  char host[4096], target[4096];
+  snprintf(host, sizeof host, "%s%s", root, dir);
+  if (lstat(host, &st) < 0) return;
   if (S_ISLNK(st.st_mode)) {
-    ssize_t n = readlink(dir, target, sizeof target - 1);
+    ssize_t n = readlink(host, target, sizeof target - 1);
     if (n <= 0) return;
     target[n] = '\0';
     push3(a, "--symlink", target, dir);
-  } else if (S_ISDIR(st.st_mode)) {
-    push3(a, "--ro-bind", dir, dir);
+  } else if (S_ISDIR(st.st_mode) || S_ISREG(st.st_mode)) {
+    push3(a, "--ro-bind", host, dir);
   }
+}
+
+/* What a root file system's top holds that the sandbox makes itself. */
+static bool made_by_sandbox(const char *name) {
+  static const char *const own[] = {".", "..", "proc", "dev", "tmp", "sys", "run", "workspace", NULL};
+  for (int i = 0; own[i]; i++) if (strcmp(name, own[i]) == 0) return true;
+  return false;
+}
+
+/* A profile's own root: every top-level entry of it, in place of the host's system directories. */
+static void add_root(argvec *a, const char *root) {
+  DIR *d = opendir(root);
+  if (!d) return;   /* checked at open (backend_bwrap.c): gone since, the sandbox fails to start */
+  for (struct dirent *e; (e = readdir(d));) {
+    if (made_by_sandbox(e->d_name)) continue;
+    char dir[NAME_MAX + 2];
+    snprintf(dir, sizeof dir, "/%s", e->d_name);
+    add_system_dir(a, root, dir);
+  }
+  closedir(d);
+}
+
+static void add_masks(argvec *a);
+
+static void add_system(argvec *a, const profile *p) {
+  if (p->root) { add_root(a, p->root); return; }
+  for (int i = 0; system_dirs[i]; i++) add_system_dir(a, "", system_dirs[i]);
+  add_masks(a);
 }
 
 static void add_masks(argvec *a) {
@@ -137,6 +187,49 @@ static void add_area(argvec *a, const char *host, const char *sandbox) {
   else push3(a, "--tmpfs", sandbox, NULL);
 }
 
+/* The workspace: a bound directory, or the staged layers of an overlay the helper mounts. */
+static void add_workspace(argvec *a, const bwrap_layout *l) {
+  if (!l->overlay_lower) {
+    if (l->workspace_ro) push3(a, "--ro-bind", l->workspace_host, SANDBOX_WORKSPACE);
+    else add_area(a, l->workspace_host, SANDBOX_WORKSPACE);
+    return;
+  }
+  push3(a, "--dir", SANDBOX_WORKSPACE, NULL);
+  push3(a, "--ro-bind", l->overlay_lower, SANDBOX_STAGE_LOWER);
+  push3(a, "--bind", l->session_host, SANDBOX_STAGE_SESSION);
+}
+
+/* Each shared object the provider runs with, to run the helper under another root. */
+static int add_library(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  const char *path = info->dlpi_name, *base = strrchr(path, '/');
+  if (!base || access(path, R_OK) != 0) return 0;   /* the program itself, the vDSO */
+  char inside[4096];
+  snprintf(inside, sizeof inside, "%s%s", SANDBOX_HELPER_LIBS, base);
+  push3(data, "--ro-bind", path, inside);
+  return 0;
+}
+
+static void add_helper(argvec *a, const bwrap_layout *l) {
+  if (!l->helper_exe) return;
+  push3(a, "--ro-bind", l->helper_exe, SANDBOX_HELPER);
+  if (l->profile->root) dl_iterate_phdr(add_library, a);
+}
+
+/* The dynamic loader's name, which runs the helper from SANDBOX_HELPER_LIBS (add_library). */
+static int find_loader(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  if (info->dlpi_addr != getauxval(AT_BASE) || !strrchr(info->dlpi_name, '/')) return 0;
+  snprintf(data, 256, "%s%s", SANDBOX_HELPER_LIBS, strrchr(info->dlpi_name, '/'));
+  return 1;
+}
+
+const char *bwrap_helper_loader(void) {
+  static char loader[256];
+  if (!loader[0]) dl_iterate_phdr(find_loader, loader);
+  return loader;
+}
+
 static void add_profile_binds(argvec *a, const profile *p) {
   for (size_t i = 0; i < p->nbinds; i++)
     push3(a, p->binds[i].writable ? "--bind" : "--ro-bind", p->binds[i].host_path,
@@ -145,15 +238,14 @@ static void add_profile_binds(argvec *a, const profile *p) {
 
 void bwrap_args_build(argvec *a, const char *bwrap, const bwrap_layout *l) {
   argvec_push(a, bwrap);
-  add_namespaces(a, l->profile);
-  for (int i = 0; system_dirs[i]; i++) add_system_dir(a, system_dirs[i]);
-  add_masks(a);
+  add_namespaces(a, l->profile, l->overlay_lower != NULL);
+  add_system(a, l->profile);
   push3(a, "--proc", "/proc", NULL);
   push3(a, "--dev", "/dev", NULL);
   add_area(a, l->tmp_host, SANDBOX_TMP);
-  add_area(a, l->workspace_host, SANDBOX_WORKSPACE);
+  add_workspace(a, l);
   add_profile_binds(a, l->profile);
-  if (l->helper_exe) push3(a, "--ro-bind", l->helper_exe, SANDBOX_HELPER);
+  add_helper(a, l);
   push3(a, "--chdir", SANDBOX_WORKSPACE, "--");
   for (char *const *c = l->command; *c; c++) argvec_push(a, *c);
 }

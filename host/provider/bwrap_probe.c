@@ -21,16 +21,32 @@
 
 #include "bwrap_args.h"
 #include "context.h"
+#include "job.h"
 #include "spawn.h"
+#include "strays.h"
 
 /* A probe that takes longer than this is as good as broken. */
 #define PROBE_TIMEOUT_MS 10000
 
+typedef struct probe_waiter {
+  void (*done)(void *data);
+  void *data;
+} probe_waiter;
+
 /* What the probe found, kept for the provider's lifetime (the context's part). */
 typedef struct bwrap_probe {
+  bool done, running;
   bool usable;
   char reason[768];
   char program[4096];
+  /* The probe sandbox while it runs: spawned on the loop, waited for on a job's thread. */
+  pid_t pid;
+  int err_fd;
+  int status;
+  char said[1024];
+  job *job;                /* the probe's wait, while it runs */
+  probe_waiter *waiters;
+  size_t nwaiters;
 } bwrap_probe;
 
 /* ====================================================== finding bwrap */
@@ -74,29 +90,36 @@ static void read_stderr(int fd, char *buf, size_t size) {
   buf[used] = '\0';
 }
 
-/* Runs the probe sandbox; returns its wait status (or -errno) with its stderr in out. */
-static int run_probe(const char *program, char *out, size_t outlen) {
+/*
+** Starts the probe sandbox, its stderr into b->err_fd. The pid is owned
+** (strays.h) until it is reaped, so nothing else reaps it first. 0 or -errno.
+*/
+static int spawn_probe(bwrap_probe *b) {
   static char *const command[] = {"true", NULL};
   static char *const env[] = {"PATH=/usr/bin:/bin", NULL};
   profile plain = {.name = "bwrap/default", .isolation = ISOLATION_NAMESPACES};   /* no binds, no network */
   bwrap_layout layout = {.profile = &plain, .command = command};
   argvec argv = {0};
-  bwrap_args_build(&argv, program, &layout);
+  bwrap_args_build(&argv, b->program, &layout);
   int pipefd[2];
   if (pipe2(pipefd, O_CLOEXEC) < 0) { argvec_clear(&argv); return -errno; }
   spawn_spec spec = {.argv = argv.v, .envp = env, .fd_in = -1, .fd_out = -1, .fd_err = pipefd[1]};
-  pid_t pid = spawn_start(&provider_ctx()->spawn, &spec);
+  b->pid = spawn_start(&provider_ctx()->spawn, &spec);
   close(pipefd[1]);
   argvec_clear(&argv);
-  out[0] = '\0';
-  if (pid > 0) read_stderr(pipefd[0], out, outlen);
-  close(pipefd[0]);
-  if (pid < 0) return pid;
-  kill(-pid, SIGKILL);   /* no-op after a normal exit; ends a probe that hung */
-  int status;
-  while (waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) return -errno;
-  return status;
+  b->said[0] = '\0';
+  if (b->pid < 0) { close(pipefd[0]); return b->pid; }
+  strays_own(b->pid);
+  b->err_fd = pipefd[0];
+  return 0;
+}
+
+/* Reads what the probe says until it ends (or the time is up), and reaps it. Blocks: a job's work. */
+static void await_probe(bwrap_probe *b) {
+  read_stderr(b->err_fd, b->said, sizeof b->said);
+  kill(-b->pid, SIGKILL);   /* no-op after a normal exit; ends a probe that hung */
+  while (waitpid(b->pid, &b->status, 0) < 0)
+    if (errno != EINTR) { b->status = -errno; break; }
 }
 
 /* ====================================================== explaining a failure */
@@ -141,29 +164,81 @@ static void explain_failure(bwrap_probe *b, int status, char *said) {
              WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
 }
 
-static void probe(bwrap_probe *b) {
+/* The answer (from the probe's status, unless the reason is known already); then whoever waited hears. */
+static void conclude(bwrap_probe *b, int status) {
+  b->usable = status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (!b->usable && !b->reason[0]) explain_failure(b, status, b->said);
+  b->done = true;
+  b->running = false;
+  b->job = NULL;
+  probe_waiter *w = b->waiters;
+  size_t n = b->nwaiters;
+  b->waiters = NULL;
+  b->nwaiters = 0;
+  for (size_t i = 0; i < n; i++) w[i].done(w[i].data);
+  free(w);
+}
+
+static void probe_work(job *j) {
+  await_probe(j->data);
+}
+
+static void probe_done(job *j) {
+  bwrap_probe *b = j->data;
+  close(b->err_fd);
+  strays_disown(b->pid);
+  conclude(b, b->status);
+}
+
+/*
+** Starts the probe: on a job, so the loop goes on serving (`wait`: here
+** and now instead). Without a bwrap to run, or without a thread, it ends at once.
+*/
+static void start_probe(bwrap_probe *b, bool wait) {
+  b->running = true;
   if (!find_program(b->program, sizeof b->program)) {
     snprintf(b->reason, sizeof b->reason, "%s",
              getenv("SMOLWF_BWRAP") && *getenv("SMOLWF_BWRAP")
                ? "bubblewrap not found at $SMOLWF_BWRAP"
                : "bubblewrap (bwrap) is not installed or not in PATH");
+    conclude(b, -ENOENT);
     return;
   }
-  char said[1024];
-  int status = run_probe(b->program, said, sizeof said);
-  b->usable = status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
-  if (!b->usable) explain_failure(b, status, said);
+  int rc = spawn_probe(b);
+  if (rc < 0) { conclude(b, rc); return; }
+  if (!wait && (b->job = job_start(provider_ctx()->loop, probe_work, probe_done, b))) return;
+  await_probe(b);
+  probe_done(&(job){.data = b});
 }
 
-/* ====================================================== public API */
+static bwrap_probe *part(void) {
+  return CTX_PART(bwrap);
+}
 
+bool bwrap_probed(void) {
+  return part()->done;
+}
+
+void bwrap_probe_then(void (*done)(void *data), void *data) {
+  bwrap_probe *b = part();
+  if (b->done) { done(data); return; }
+  probe_waiter *grown = realloc(b->waiters, (b->nwaiters + 1) * sizeof *grown);
+  if (!grown) abort();
+  b->waiters = grown;
+  b->waiters[b->nwaiters++] = (probe_waiter){done, data};
+  if (!b->running) start_probe(b, false);
+}
+
+/*
+** The answer now. Callers on the serving path wait through
+** bwrap_probe_then first; any other (a benchmark, a stop) blocks for it.
+*/
 static const bwrap_probe *probed(void) {
-  provider *ctx = provider_ctx();
-  if (!ctx->bwrap) {
-    ctx->bwrap = ctx_alloc(sizeof *ctx->bwrap);
-    probe(ctx->bwrap);
-  }
-  return ctx->bwrap;
+  bwrap_probe *b = part();
+  if (b->done) return b;
+  if (b->job) job_finish_now(b->job);   /* its end concludes */
+  else if (!b->running) start_probe(b, true);
+  return b;
 }
 
 bool bwrap_usable(const char **why) {
@@ -179,6 +254,7 @@ const char *bwrap_program(void) {
 
 void bwrap_probe_free(void) {
   provider *ctx = provider_ctx();
+  if (ctx->bwrap) free(ctx->bwrap->waiters);
   free(ctx->bwrap);
   ctx->bwrap = NULL;
 }

@@ -16,9 +16,19 @@
 ** points to a sentence saying why, e.g. "bubblewrap (bwrap) is not
 ** installed or not in PATH" or "user namespaces are disabled
 ** (user.max_user_namespaces = 0)". Blocks for the probe on the first call
-** (about 10 ms).
+** (about 10 ms) unless bwrap_probe_then came first.
 */
 bool bwrap_usable(const char **why);
+
+/* Has the probe run? */
+bool bwrap_probed(void);
+
+/*
+** Runs done(data) on the loop once the probe has run: at once when it
+** has, else after the probe, which waits for its sandbox on a job's
+** thread so the loop keeps serving meanwhile.
+*/
+void bwrap_probe_then(void (*done)(void *data), void *data);
 
 /* The absolute path of the bwrap program; NULL unless bwrap_usable(). */
 const char *bwrap_program(void);

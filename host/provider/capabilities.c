@@ -7,7 +7,7 @@
 
 /* The extensions every session of this provider serves. */
 static const char *const extensions[] = {
-  "exec", "process", "timeout", "signal", "output_limit", "fs_extra", "describe", "raw_names",
+  "exec", "process", "timeout", "signal", "output_limit", "fs_extra", "describe", "raw_names", "fork",
 };
 
 cJSON *capabilities_of(const session *s) {
@@ -17,5 +17,7 @@ cJSON *capabilities_of(const session *s) {
   /* Without namespaces nothing stops a command from reaching the network. */
   bool network = strcmp(s->backend->isolation, "none") == 0 || s->profile->network;
   cJSON_AddBoolToObject(caps, "network", network);
+  /* How the workspace was made (session.h): what open cost and what writes reach. */
+  cJSON_AddStringToObject(caps, "workspace", s->ws.mechanism ? s->ws.mechanism : "empty");
   return caps;
 }

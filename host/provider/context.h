@@ -26,6 +26,8 @@ typedef struct provider {
   struct server *server;           /* server.c: signal handlers, the stop sequence */
   struct session_table *sessions;  /* session.c: the open sessions, the next id */
   struct provider_root *root;      /* root.c: the private directory of every session */
+  struct openings *openings;       /* opening.c: sessions being opened */
+  struct discards *discards;       /* discard.c: closed sessions' directories being removed */
   struct proc_table *procs;        /* process.c: every process not yet forgotten */
   struct reaper *reaper;           /* backend_local.c: the pidfds of local commands */
   struct strays *strays;           /* strays.c: the children a backend reaps itself */

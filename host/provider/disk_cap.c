@@ -73,7 +73,7 @@ static void count_area(walk *w, int area_fd) {
 
 uint64_t disk_usage(const session *s, uint64_t limit) {
   walk w = {.limit = limit};
-  count_area(&w, s->workspace_fd);
+  count_area(&w, s->written_fd);
   if (!over(&w)) count_area(&w, s->tmp_fd);
   return w.used;
 }

@@ -8,6 +8,7 @@
 #include "describe.h"
 #include "fileops.h"
 #include "lifecycle.h"
+#include "opening.h"
 #include "process_methods.h"
 #include "session.h"
 
@@ -21,6 +22,7 @@ static const struct method {
 } methods[] = {
   {"open", method_open, NULL},
   {"close", method_close, NULL},
+  {"fork", NULL, method_fork},
   {"describe", method_describe, NULL},
   {"create_dir_all", NULL, method_create_dir_all},
   {"write_file", NULL, method_write_file},

@@ -71,6 +71,7 @@ static void profile_clear(profile *p) {
     free(p->binds[i].sandbox_path);
   }
   free(p->binds);
+  free(p->root);
   memset(p, 0, sizeof *p);
 }
 
@@ -85,6 +86,7 @@ static void profile_derive(profile *dst, const profile *base, const char *name) 
     dst->binds[i].sandbox_path = xstrdup(base->binds[i].sandbox_path);
     dst->binds[i].writable = base->binds[i].writable;
   }
+  dst->root = base->root ? xstrdup(base->root) : NULL;
 }
 
 static profile *profile_append(void) {
@@ -403,8 +405,25 @@ static int check_name_matches_base(const char *name, const profile *base, const 
   return ok ? 0 : -1;
 }
 
+/* A root file system for the sandbox: an absolute directory, and only where namespaces make one. */
+static int parse_root(profile *p, const cJSON *root, const char *where, char *err, size_t errlen) {
+  if (!cJSON_IsString(root) || !is_clean_absolute(root->valuestring) || strcmp(root->valuestring, "/") == 0) {
+    set_err(err, errlen, "%s.root: must be a clean absolute path other than \"/\"", where);
+    return -1;
+  }
+  if (p->isolation != ISOLATION_NAMESPACES || p->automatic) {
+    set_err(err, errlen, "%s.root: needs a bwrap base profile", where);
+    return -1;
+  }
+  free(p->root);
+  p->root = xstrdup(root->valuestring);
+  return 0;
+}
+
 static int parse_fields(profile *p, const cJSON *item, const char *where, char *err, size_t errlen) {
   const cJSON *v;
+  if ((v = cJSON_GetObjectItemCaseSensitive(item, "root")) && parse_root(p, v, where, err, errlen) < 0)
+    return -1;
   if ((v = cJSON_GetObjectItemCaseSensitive(item, "network")) && parse_network(p, v, where, err, errlen) < 0)
     return -1;
   if ((v = cJSON_GetObjectItemCaseSensitive(item, "binds")) && parse_binds(p, v, where, err, errlen) < 0)
@@ -417,7 +436,7 @@ static int parse_fields(profile *p, const cJSON *item, const char *where, char *
 }
 
 static int parse_profile(const cJSON *item, const char *where, char *err, size_t errlen) {
-  static const char *const keys[] = {"name", "base", "network", "binds", "env", "limits", NULL};
+  static const char *const keys[] = {"name", "base", "network", "binds", "env", "limits", "root", NULL};
   if (!cJSON_IsObject(item)) {
     set_err(err, errlen, "%s: must be an object", where);
     return -1;

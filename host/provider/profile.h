@@ -27,6 +27,7 @@ typedef struct profile {
   bind_mount *binds;
   size_t nbinds;
   limits limits;
+  char *root;             /* the sandbox's own /usr, /etc...: a root file system's directory; NULL: the host's */
 } profile;
 
 /* Loads the built-in profiles, then those of path (may be NULL). 0 or -1 with a message in err. */

@@ -12,9 +12,12 @@
 #define _GNU_SOURCE
 #include "relay_sched.h"
 #include "sandbox_helper.h"
+#include "sandbox_mount.h"
+#include "bwrap_args.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -66,35 +69,37 @@ static void *grow(void *array, size_t *cap, size_t elem) {
 
 /* ====================================================== sending */
 
-static int send_with_fd(int sock, const void *msg, size_t len, int fd) {
-  union { struct cmsghdr h; char buf[CMSG_SPACE(sizeof(int))]; } ctl;
+/* Sends msg with nfds (at most 2) fds attached. 0 or -errno. */
+static int send_with_fds(int sock, const void *msg, size_t len, const int *fds, int nfds) {
+  union { struct cmsghdr h; char buf[CMSG_SPACE(2 * sizeof(int))]; } ctl;
   struct iovec iov = {(void *)msg, len};
   struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-  if (fd >= 0) {
+  if (nfds > 0) {
     memset(&ctl, 0, sizeof ctl);
     mh.msg_control = ctl.buf;
-    mh.msg_controllen = sizeof ctl.buf;
+    mh.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
     struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    c->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+    memcpy(CMSG_DATA(c), fds, (size_t)nfds * sizeof(int));
   }
   ssize_t n;
   do n = sendmsg(sock, &mh, MSG_NOSIGNAL); while (n < 0 && errno == EINTR);
   return n < 0 ? -errno : 0;
 }
 
-static void queue_exit(helper *h, uint64_t tag, int status) {
+/* EXITED (or FAILED) for tag, sent when the events socket takes it. */
+static void queue_report(helper *h, uint32_t type, uint64_t tag, int value) {
   if (h->npending == h->pending_cap) h->pending = grow(h->pending, &h->pending_cap, sizeof *h->pending);
-  h->pending[h->npending++] = (helper_reply){HELPER_EXITED, status, tag};
+  h->pending[h->npending++] = (helper_reply){type, value, tag};
 }
 
 /* Sends queued EXITED reports until the socket is full; the provider may read slowly. */
 static void flush_exits(helper *h) {
   size_t sent = 0;
   while (sent < h->npending) {
-    int rc = send_with_fd(HELPER_EVENTS_FD, &h->pending[sent], sizeof *h->pending, -1);
+    int rc = send_with_fds(HELPER_EVENTS_FD, &h->pending[sent], sizeof *h->pending, NULL, 0);
     if (rc == -EAGAIN) break;
     if (rc < 0) { errno = -rc; die("events channel"); }
     sent++;
@@ -134,7 +139,7 @@ static void reaped(helper *h, pid_t pid, int status) {
     if (h->children[i].pid == pid) {
       child c = h->children[i];
       h->children[i] = h->children[--h->nchildren];
-      queue_exit(h, c.tag, status);
+      queue_report(h, HELPER_EXITED, c.tag, status);
       keep_group(h, c);
       relay_sched_idle(&h->sched);
       return;
@@ -217,12 +222,10 @@ static bool decode_start(char *msg, size_t len, const int *fds, int nfds, spawn_
 
 /* ====================================================== handling a START */
 
-/* STARTED: the command's pid (recorded first, so its exit is matched) or -errno. */
-static void reply_started(helper *h, uint64_t tag, pid_t pid) {
+/* A started command is recorded, so its exit is matched; one that could not start is reported. */
+static void started(helper *h, uint64_t tag, pid_t pid) {
   if (pid > 0) record_child(h, pid, tag);
-  helper_reply r = {HELPER_STARTED, pid, tag};
-  int rc = send_with_fd(HELPER_CONTROL_FD, &r, sizeof r, -1);
-  if (rc < 0) { errno = -rc; die("control channel"); }
+  else queue_report(h, HELPER_FAILED, tag, pid);
 }
 
 /* SIGNAL: to the command's process group, running or reaped with members left. */
@@ -243,7 +246,7 @@ static void handle_start(helper *h, size_t len, int *fds, int nfds) {
     if (pid < 0) relay_sched_idle(&h->sched);
   }
   for (int i = 0; i < nfds; i++) close(fds[i]);
-  reply_started(h, tag, pid);
+  started(h, tag, pid);
 }
 
 /* Takes every waiting request; returns false at end of file (the session is closing). */
@@ -284,13 +287,35 @@ uint64_t helper_build_id(void) {
   return h;
 }
 
-static void say_hello(void) {
-  helper_reply hello = {HELPER_HELLO, 0, helper_build_id()};
-  int self = (int)syscall(SYS_pidfd_open, getpid(), 0);
-  if (self < 0) die("pidfd_open");
-  int rc = send_with_fd(HELPER_EVENTS_FD, &hello, sizeof hello, self);
-  close(self);
+/*
+** HELLO: the build id, how the workspace was mounted (value: 0 an overlay,
+** -errno an overlay the kernel refused, 1 no overlay asked for), a pidfd
+** of the helper, and the workspace as mounted here (O_PATH), where the
+** provider's file operations start so that they see what commands see.
+*/
+static void say_hello(int mounted) {
+  helper_reply hello = {HELPER_HELLO, mounted, helper_build_id()};
+  int fds[2] = {(int)syscall(SYS_pidfd_open, getpid(), 0), open(SANDBOX_WORKSPACE, O_PATH | O_DIRECTORY | O_CLOEXEC)};
+  if (fds[0] < 0) die("pidfd_open");
+  if (fds[1] < 0) die(SANDBOX_WORKSPACE);
+  int rc = send_with_fds(HELPER_EVENTS_FD, &hello, sizeof hello, fds, 2);
+  close(fds[0]);
+  close(fds[1]);
   if (rc < 0) { errno = -rc; die("events channel"); }
+}
+
+/*
+** `helper` or `helper overlay UID GID [refuse]`: the second mounts the
+** workspace (sandbox_mount.h), then becomes UID/GID without privileges.
+** Returns what HELLO says about the mount, or INT_MIN on a usage error.
+*/
+static int prepare_workspace(int argc, char **argv) {
+  if (argc == 2) return 1;
+  if ((argc != 5 && argc != 6) || strcmp(argv[2], "overlay") != 0) return INT_MIN;
+  if (argc == 6 && strcmp(argv[5], "refuse") != 0) return INT_MIN;
+  int mounted = sandbox_mount_workspace(argc == 6);
+  sandbox_drop_privileges((uid_t)strtoul(argv[3], NULL, 10), (gid_t)strtoul(argv[4], NULL, 10));
+  return mounted;
 }
 
 static void set_nonblocking(int fd) {
@@ -299,8 +324,8 @@ static void set_nonblocking(int fd) {
 }
 
 int sandbox_helper_main(int argc, char **argv) {
-  (void)argv;
-  if (argc != 2 || getpid() != 1) {
+  int mounted = getpid() == 1 ? prepare_workspace(argc, argv) : INT_MIN;
+  if (mounted == INT_MIN) {
     fprintf(stderr, "smolwf-provider helper: runs only inside a bubblewrap session\n");
     return 2;
   }
@@ -312,7 +337,7 @@ int sandbox_helper_main(int argc, char **argv) {
   int sigfd = setup_signals();
   set_nonblocking(HELPER_CONTROL_FD);
   set_nonblocking(HELPER_EVENTS_FD);
-  say_hello();
+  say_hello(mounted);
   for (;;) {
     struct pollfd p[3] = {{HELPER_CONTROL_FD, POLLIN, 0}, {sigfd, POLLIN, 0},
                           {HELPER_EVENTS_FD, h->npending ? POLLOUT : 0, 0}};

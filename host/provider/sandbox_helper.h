@@ -10,15 +10,19 @@
 ** The channel is two SOCK_SEQPACKET socket pairs (message boundaries and
 ** SCM_RIGHTS for free), inherited by bwrap as the helper's fd 0 and fd 1:
 **
-**   fd 0, "control" (used synchronously by the provider):
+**   fd 0, "control" (one way: the provider never waits on the helper):
 **     provider -> helper  START  + the command's stdio fds (SCM_RIGHTS)
-**     helper -> provider  STARTED {tag, its pid in the namespace or -errno}
-**     provider -> helper  SIGNAL {tag, signo}  (no answer)
+**     provider -> helper  SIGNAL {tag, signo}
 **     end of file                      the helper exits: the kernel then
 **                                      kills every process of the namespace
 **   fd 1, "events" (asynchronous, watched by the provider's loop):
-**     helper -> provider  HELLO + a pidfd of the helper, once at startup
+**     helper -> provider  HELLO + a pidfd of the helper and the workspace as
+**                         mounted inside (O_PATH), once at startup
 **     helper -> provider  EXITED {tag, wait status}
+**     helper -> provider  FAILED {tag, -errno}: a START it could not run
+**
+** A START is not answered: the provider counts the command as running
+** from the moment it sent it, and learns its end from EXITED (or FAILED).
 **
 ** Signals go through the helper: it signals the command's process group
 ** inside the namespace, and keeps the group of a command it reaped while
@@ -38,7 +42,7 @@
 
 enum helper_msg_type {
   HELPER_START = 1,
-  HELPER_STARTED,
+  HELPER_FAILED,
   HELPER_SIGNAL,
   HELPER_HELLO,
   HELPER_EXITED,
@@ -61,10 +65,10 @@ typedef struct helper_start {
   uint32_t has_cwd;
 } helper_start;
 
-/* STARTED, SIGNAL, HELLO and EXITED. */
+/* SIGNAL, HELLO, EXITED and FAILED. */
 typedef struct helper_reply {
   uint32_t type;
-  int32_t value;           /* STARTED: pid or -errno; SIGNAL: signo; EXITED: the wait status */
+  int32_t value;           /* SIGNAL: signo; EXITED: the wait status; FAILED: -errno */
   uint64_t tag;
 } helper_reply;
 

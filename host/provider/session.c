@@ -48,18 +48,22 @@ session *session_new(const profile *p, failure *f) {
   snprintf(root, sizeof root, "%s/%s", base, id);
   s->id = strdup(id);
   s->profile = p;
-  s->workspace_fd = s->tmp_fd = -1;
+  s->workspace_fd = s->written_fd = s->tmp_fd = -1;
   if (mkdir(root, 0700) < 0) { fail_errno(f, errno, "open: creating", root); free(s->id); free(s); return NULL; }
   s->root = strdup(root);
   s->workspace_fd = make_area(root, "workspace", &s->workspace_host);
   s->tmp_fd = s->workspace_fd < 0 ? -1 : make_area(root, "tmp", &s->tmp_host);
   if (s->tmp_fd < 0) { fail_errno(f, errno, "open: creating session directories in", root); session_free(s); return NULL; }
+  s->written_fd = fcntl(s->workspace_fd, F_DUPFD_CLOEXEC, 0);
   return s;
 }
 
 void session_free(session *s) {
+  if (s->close_wait) { s->close_wait(s->close_data); s->close_done(s->close_data); }
   if (s->workspace_fd >= 0) close(s->workspace_fd);
+  if (s->written_fd >= 0) close(s->written_fd);
   if (s->tmp_fd >= 0) close(s->tmp_fd);
+  free(s->ws.host_path);
   if (s->root) {
     int rc = tree_remove(root_fd(), s->id);
     if (rc < 0) fprintf(stderr, "smolwf-provider: removing %s: %s\n", s->root, strerror(-rc));

@@ -18,6 +18,23 @@
 #include "failure.h"
 #include "profile.h"
 
+/* What a session's workspace is made of: opening.c decides, the backend mounts it. */
+typedef enum workspace_kind {
+  WORKSPACE_EMPTY,          /* nothing from the host */
+  WORKSPACE_COPY,           /* the host tree copied in (shared extents where the file system can) */
+  WORKSPACE_OVERLAY,        /* the host tree as the read-only lower layer of an overlay (bwrap) */
+  WORKSPACE_BIND,           /* the host tree itself: writes go to it */
+  WORKSPACE_RO,             /* the host tree itself, read-only */
+} workspace_kind;
+
+typedef struct session_workspace {
+  workspace_kind kind;
+  char *host_path;          /* the host tree; NULL for an empty workspace */
+  const char *mechanism;    /* what capabilities.workspace says: "overlay", "reflink", "copy", "bind", "ro", "empty" */
+  int overlay_refused;      /* -errno when the kernel refused the overlay (kind is then WORKSPACE_COPY) */
+  bool refuse_overlay;      /* make the kernel refuse it ($SMOLWF_PROVIDER_NO_OVERLAY=1, for tests) */
+} session_workspace;
+
 typedef struct session {
   char *id;                 /* "s1", "s2", ... unique within this provider */
   char *root;               /* host path of the session's directory, mode 0700 */
@@ -26,7 +43,9 @@ typedef struct session {
   char *workspace_view;     /* how commands see the workspace (set by backend open) */
   char *tmp_view;           /* how commands see tmp (set by backend open) */
   char *cwd_view;           /* the session's cwd as commands see it */
-  int workspace_fd;         /* O_PATH dirfd of workspace_host: file operations start here */
+  int workspace_fd;         /* O_PATH dirfd where file operations start: the workspace as commands see it */
+  int written_fd;           /* O_PATH dirfd of what the session itself writes (the disk cap counts it) */
+  session_workspace ws;
   int tmp_fd;               /* O_PATH dirfd of tmp_host */
   const profile *profile;   /* the profile named at open (never NULL) */
   const backend_ops *backend;   /* local or bwrap; for auto/... the one picked */
@@ -35,6 +54,14 @@ typedef struct session {
   bool *group_reaped;       /* its leader was reaped: a live process with that pid is not ours */
   size_t ngroups, groups_cap;
   struct disk_watch *disk;  /* the checked disk allowance (disk_cap.h), NULL without one */
+  /*
+  ** What the backend's close left to wait for (its sandbox's end): done on
+  ** the thread that removes the session's files, before it removes them
+  ** (close_wait, which may block), then close_done on the loop. NULL: nothing.
+  */
+  void (*close_wait)(void *data);
+  void (*close_done)(void *data);
+  void *close_data;
   bool closing;
   struct session *next;     /* in the table of open sessions */
 } session;

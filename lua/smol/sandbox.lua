@@ -2,9 +2,10 @@
 smol.sandbox: sandbox sessions served by provider programs.
 
   local sb = sandbox.open{program =, profile =, workspace =, cwd =, group =,
-                          open_timeout =, max_line_bytes =, max_depth =}
+                          open_timeout =, max_line_bytes =, max_depth =, on_progress =}
       program: a path or name, or an argv list ({"ssh", "box", "smolwf-provider"}),
       started with "serve" appended
+      workspace: "path" or {path =, exclude =, mode =}; none: an empty workspace
   sb:exec{argv..., cwd =, env =, stdin =, timeout =, idle_timeout =,
           capture =, max_output_bytes =, on_stdout =, on_stderr =, on_event =}
   sb:spawn{...} -> process (p:wait(), p:kill(), p:write(), p:close_stdin())
@@ -14,6 +15,7 @@ smol.sandbox: sandbox sessions served by provider programs.
   sb:stat / list_dir            (sessions announcing "fs_extra")
   sb:connection()               the provider connection (pid, program, alive())
   sb:is_closed()
+  sb:fork()                     a snapshot of the session as a new one ("fork")
   sb:close()                    (also __close and __gc)
   sandbox.host{cwd = "."}       a session on this machine (smol.host_provider)
 
@@ -40,10 +42,10 @@ local sandbox = {
   max_line_bytes = jsonl.DEFAULT_MAX_LINE,  -- default line cap for new providers
   max_depth = jsonl.DEFAULT_MAX_DEPTH,      -- default JSON nesting cap
   exit_grace = 2,                           -- seconds each exit-time close/shutdown may take
-  -- Seconds `open` may take (math.huge: no limit). `open` copies the
-  -- workspace, which for a big tree (node_modules, build output: many GB or
-  -- hundreds of thousands of files) legitimately takes tens of seconds; 120 s
-  -- leaves room for that and still ends a provider that never answers.
+  -- Seconds `open` may take (math.huge: no limit). Where `open` copies the
+  -- workspace (no overlay), a big tree (node_modules, build output: many GB
+  -- or hundreds of thousands of files) legitimately takes tens of seconds;
+  -- 120 s leaves room for that and still ends a provider that never answers.
   open_timeout = 120,
   -- Per-stream cap of exec's captured stdout/stderr when none is given.
   max_output_bytes = 64 * 1024 * 1024,
@@ -177,10 +179,50 @@ local function check_profile(profile)
   return {provider = provider, name = name}
 end
 
+-- workspace = "path" or {path =, exclude = {patterns...}, mode = "copy"|"bind"|"ro"}.
+local function check_workspace(ws)
+  if ws == nil or type(ws) == "string" then return end
+  if type(ws) ~= "table" then error("sandbox.open: option workspace must be a path or a table", 4) end
+  for k in pairs(ws) do
+    if k ~= "path" and k ~= "exclude" and k ~= "mode" then
+      error(("sandbox.open: workspace: unknown field `%s` (known: path, exclude, mode)"):format(tostring(k)), 4)
+    end
+  end
+  if type(ws.path) ~= "string" then error("sandbox.open: workspace.path must be a string", 4) end
+  if ws.mode ~= nil and ws.mode ~= "copy" and ws.mode ~= "bind" and ws.mode ~= "ro" then
+    error(("sandbox.open: workspace.mode must be \"copy\", \"bind\" or \"ro\", got %s"):format(tostring(ws.mode)), 4)
+  end
+  if ws.exclude ~= nil and type(ws.exclude) ~= "table" then
+    error("sandbox.open: workspace.exclude must be a list of patterns", 4)
+  end
+  for i, pattern in ipairs(ws.exclude or {}) do
+    if type(pattern) ~= "string" then error(("sandbox.open: workspace.exclude[%d] must be a string"):format(i), 4) end
+  end
+end
+
+-- open's workspace_sync: no workspace (an empty one) unless the caller names a tree.
+local function workspace_sync(ws)
+  if ws == nil then return {host_path = null} end
+  if type(ws) == "string" then return {host_path = ws} end
+  local sync = {host_path = ws.path, mode = ws.mode}
+  if ws.exclude and #ws.exclude > 0 then sync.exclude = ws.exclude end
+  return sync
+end
+
+-- on_progress(ev) sees open's `progress` events (files and bytes copied so far).
+local function progress_events(opts)
+  if opts.on_progress == nil then return nil end
+  if type(opts.on_progress) ~= "function" then error("sandbox: option on_progress must be a function", 3) end
+  return function(ev)
+    if type(ev) == "table" and ev.type == "progress" then opts.on_progress(ev) end
+  end
+end
+
 local function check_open_opts(opts)
   if type(opts) ~= "table" then error("sandbox.open: expected a table of options", 3) end
   if opts.program ~= nil then jsonl.argv(opts.program, 4) end
-  for _, k in ipairs{"workspace", "cwd", "group"} do
+  check_workspace(opts.workspace)
+  for _, k in ipairs{"cwd", "group"} do
     if opts[k] ~= nil and type(opts[k]) ~= "string" then
       error(("sandbox.open: option %s must be a string"):format(k), 3)
     end
@@ -213,6 +255,7 @@ local function new_session(conn, session, program)
     program_label = conn.label,
     session = session, _conn = conn, _session_json = codec.encode(session), _closed = false,
     _exec_tail = exec_tail(caps),
+    workspace = type(session.workspace) == "table" and session.workspace or nil,
   }, Session)
   open_sessions[sb] = true
   return sb
@@ -260,10 +303,11 @@ function sandbox.open(opts)
   local params = {
     metadata = {request_id = unique_id("req"), sandbox_group_id = opts.group or unique_id("sbxgrp")},
     profile = profile,
-    workspace_sync = {host_path = opts.workspace or "."},
+    workspace_sync = workspace_sync(opts.workspace),
     cwd = opts.cwd or null,
+    progress = opts.on_progress ~= nil or nil,
   }
-  local ok, session = pcall(conn.request, conn, "open", params, nil,
+  local ok, session = pcall(conn.request, conn, "open", params, progress_events(opts),
     {timeout = opts.open_timeout or sandbox.open_timeout, on_late = close_late_session(conn)})
   if not ok then
     if errors.is(session, "timeout") then give_up_open(conn, session) end
@@ -677,6 +721,20 @@ end
 
 function Process:close_stdin()
   self:request("write_stdin", {eof = true})
+end
+
+--[[ Forking ]]
+
+--- A new session whose workspace and /tmp start as a copy-on-write
+-- snapshot of this one's as they are now (sessions announcing "fork").
+-- Writes in either are never seen by the other. opts.on_progress as for open.
+function Session:fork(opts)
+  check_open(self, "fork")
+  opts = opts or EMPTY
+  self:require_capability("fork", "fork")
+  local fields = opts.on_progress and {progress = true} or nil
+  local session = self:call("fork", fields, {on_event = progress_events(opts)})
+  return new_session(self._conn, session, self.program)
 end
 
 --[[ Closing ]]

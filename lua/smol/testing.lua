@@ -58,7 +58,7 @@ local function busted_env(wanted)
 end
 
 local OPEN_OPTIONS = {program = true, profile = true, workspace = true, cwd = true, group = true}
-local FIXTURE_OPTIONS = {fresh = true, files = true, open = true}
+local FIXTURE_OPTIONS = {fresh = true, files = true, open = true, setup = true}
 
 local function check_options(opts)
   if type(opts) ~= "table" then
@@ -67,25 +67,56 @@ local function check_options(opts)
   for k in pairs(opts) do
     if not OPEN_OPTIONS[k] and not FIXTURE_OPTIONS[k] then
       error(("testing.sandbox: unknown option `%s` (known: cwd, files, fresh, group, open,"
-        .. " profile, program, workspace)"):format(tostring(k)), 3)
+        .. " profile, program, setup, workspace)"):format(tostring(k)), 3)
     end
+  end
+  if opts.setup ~= nil and type(opts.setup) ~= "function" then
+    error("bad argument #1 to 'testing.sandbox' (setup must be a function)", 3)
   end
 end
 
 local Fixture = {}
 Fixture.__index = Fixture
 
-function Fixture:open()
+-- A new session: opened, its files written, its setup run.
+function Fixture:new_session()
   local spec = {}
   for k in pairs(OPEN_OPTIONS) do spec[k] = self.opts[k] end
   local open = self.opts.open or require("smol.sandbox").open
   local session = open(spec)
-  local ok, err = pcall(Fixture.write_files, session, self.opts.files or {})
+  local ok, err = pcall(function()
+    Fixture.write_files(session, self.opts.files or {})
+    if self.opts.setup then self.opts.setup(session) end
+  end)
   if not ok then
     pcall(session.close, session)   -- a half-prepared session must not stay open
     error(err, 0)
   end
-  self.session = session
+  return session
+end
+
+function Fixture:open()
+  self.session = self:new_session()
+end
+
+--[[
+A fresh session with a setup step: the setup runs once, in a base session
+opened before the first test, and each test gets a fork of it (where the
+session announces "fork"; else a session opened and set up anew). The
+base is closed after the last test.
+]]
+function Fixture:open_fork()
+  if not self.base then self.base = self:new_session() end
+  if self.base.capabilities.fork then self.session = self.base:fork()
+  else self.session = self:new_session() end
+end
+
+function Fixture:close_base()
+  local base = self.base
+  if not base then return end
+  self.base = nil
+  base:close()
+  Fixture.check_no_leaks(base)
 end
 
 function Fixture.write_files(session, files)
@@ -187,9 +218,11 @@ end
 -- before its first test and closed after its last one, or with
 -- `fresh = true` opened anew (fresh workspace) before each test and closed
 -- after it. Options: those of sandbox.open (program, profile, workspace,
--- cwd, group), `files = {path = content}` written after each open, and
--- `open` (a function replacing sandbox.open). After each close the fixture
--- checks that the session left no process or directory behind.
+-- cwd, group), `files = {path = content}` written after each open,
+-- `setup = function(sb) end` run after that (with `fresh`: once, and each
+-- test gets a fork of the set-up session), and `open` (a function
+-- replacing sandbox.open). After each close the fixture checks that the
+-- session left no process or directory behind.
 function testing.sandbox(opts)
   opts = opts or {}
   check_options(opts)
@@ -198,7 +231,11 @@ function testing.sandbox(opts)
   local fixture = testing._new_fixture(opts)
   local function open() fixture:open() end
   local function close() fixture:close() end
-  if opts.fresh then
+  if opts.fresh and opts.setup then
+    env.before_each(function() fixture:open_fork() end)
+    env.after_each(close)
+    env.lazy_teardown(function() fixture:close_base() end)
+  elseif opts.fresh then
     env.before_each(open)
     env.after_each(close)
   else

@@ -77,8 +77,9 @@ local function bridge(S, inst)
   local key = def.sandbox and ("step:" .. inst.id) or "workflow"
   local spec = def.sandbox or S.sandbox
   local b = {}
+  local function progress(ev) observe.notify(S, "step_progress", inst, ev) end
   function b.session()
-    local session = S.sessions:get(key, spec)
+    local session = S.sessions:get(key, spec, progress)
     inst.sandbox = inst.sandbox or S.sessions:info(key)
     return session
   end

@@ -169,6 +169,17 @@ function Plain:step_log(_, inst, message)
   self.out:flush()
 end
 
+-- A long sandbox open: "opening the sandbox (copy): 1200 files, 35.2 MB".
+local function progress_line(ev)
+  local files, bytes = tonumber(ev.files) or 0, tonumber(ev.bytes) or 0
+  return ("opening the sandbox (%s): %s, %.1f MB"):format(text.terminal_line(tostring(ev.phase or "open")),
+    text.plural(math.floor(files), "file"), bytes / 1e6)
+end
+
+function Plain:step_progress(_, inst, ev)
+  self:line(inst, progress_line(ev))
+end
+
 function Plain:step_retry(_, inst, attempt_no, delay, err)
   local _ = attempt_no
   self:line(inst, string.format("retrying in %s: %s", text.duration(delay or 0),
@@ -219,6 +230,11 @@ function Live:step_log(_, inst, message)
   local st = self.state[inst]
   local line = st and M.latest_line(tostring(message))
   if line then st.line = line end
+end
+
+function Live:step_progress(_, inst, ev)
+  local st = self.state[inst]
+  if st then st.line = progress_line(ev) end
 end
 
 function Live:step_retry(_, inst, attempt_no, delay, err)

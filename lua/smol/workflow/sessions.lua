@@ -47,10 +47,12 @@ function Sessions:info(key)
   return self.infos[key]
 end
 
-function Sessions:open_entry(key, spec)
+function Sessions:open_entry(key, spec, on_progress)
   local entry = { ready = task.event() }
   self.entries[key] = entry
-  local ok, result = pcall(self.open, copy(spec))
+  local open_spec = copy(spec)
+  open_spec.on_progress = on_progress
+  local ok, result = pcall(self.open, open_spec)
   if ok then
     entry.session = result
     self.list[#self.list + 1] = result
@@ -68,12 +70,13 @@ function Sessions:open_entry(key, spec)
   return result
 end
 
--- Returns the session for `key`, opening it from `spec` the first time.
+-- Returns the session for `key`, opening it from `spec` the first time
+-- (on_progress(ev), if given, sees the open's progress events).
 -- A failed open is remembered: every step using that session fails with it.
-function Sessions:get(key, spec)
+function Sessions:get(key, spec, on_progress)
   while true do
     local entry = self.entries[key]
-    if not entry then return self:open_entry(key, spec) end
+    if not entry then return self:open_entry(key, spec, on_progress) end
     entry.ready:wait()
     if entry.session then return entry.session end
     if entry.err then error(entry.err, 0) end

@@ -1,0 +1,96 @@
+/*
+** Removing session directories on jobs (see discard.h).
+*/
+#define _GNU_SOURCE
+#include "discard.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "context.h"
+#include "job.h"
+#include "root.h"
+#include "tree.h"
+
+typedef struct discard {
+  int root_fd;              /* our own copy of the provider root's fd */
+  char *name;               /* the session's directory in it */
+  int rc;                   /* tree_remove's result */
+  request *r;               /* answered once removed (with f, or {}), or NULL */
+  failure f;
+  bool failed;
+  request *also;            /* answered {} once removed, or NULL */
+  void (*close_wait)(void *data), (*close_done)(void *data);   /* the session's (session.h) */
+  void *close_data;
+  job *job;
+  struct discard *next;
+} discard;
+
+/* The removals in progress (the context's part). */
+typedef struct discards {
+  discard *first;
+} discards;
+
+static discards *table(void) {
+  return CTX_PART(discards);
+}
+
+/* On the job's thread: removal is never cut short, so it ignores the cancel flag. */
+static void remove_work(job *j) {
+  discard *d = j->data;
+  if (d->close_wait) d->close_wait(d->close_data);   /* the sandbox ends before its files go */
+  d->rc = d->root_fd >= 0 ? tree_remove(d->root_fd, d->name) : 0;
+}
+
+static void unlink_discard(discard *d) {
+  for (discard **pp = &table()->first; *pp; pp = &(*pp)->next)
+    if (*pp == d) { *pp = d->next; return; }
+}
+
+static void removed(job *j) {
+  discard *d = j->data;
+  unlink_discard(d);
+  if (d->close_done) d->close_done(d->close_data);
+  if (d->rc < 0) fprintf(stderr, "smolwf-provider: removing session directory %s: %s\n", d->name, strerror(-d->rc));
+  if (d->r && d->failed) reply_failure(d->r, &d->f);
+  else if (d->r) reply_result(d->r, cJSON_CreateObject());
+  if (d->also) reply_result(d->also, cJSON_CreateObject());
+  close(d->root_fd);
+  free(d->name);
+  free(d);
+}
+
+void session_discard(session *s, request *r, const failure *f, request *also) {
+  discard *d = calloc(1, sizeof *d);
+  if (!d) abort();
+  d->name = strdup(s->id);
+  d->r = r;
+  d->also = also;
+  if (f) { d->f = *f; d->failed = true; }
+  d->root_fd = s->root ? fcntl(root_fd(), F_DUPFD_CLOEXEC, 0) : -1;
+  d->close_wait = s->close_wait;
+  d->close_done = s->close_done;
+  d->close_data = s->close_data;
+  s->close_wait = NULL;   /* session_free leaves the wait and the files to us */
+  free(s->root);
+  s->root = NULL;
+  session_free(s);
+  if (d->root_fd >= 0 || d->close_wait) d->job = job_start(provider_ctx()->loop, remove_work, removed, d);
+  if (!d->job) {   /* no thread to be had (or nothing to do): here and now */
+    remove_work(&(job){.data = d});
+    removed(&(job){.data = d});
+    return;
+  }
+  d->next = table()->first;
+  table()->first = d;
+}
+
+void discards_finish(void) {
+  while (table()->first) job_finish_now(table()->first->job);
+  free(provider_ctx()->discards);
+  provider_ctx()->discards = NULL;
+}

@@ -1,0 +1,24 @@
+/*
+** Removing a closed session's files off the loop: a session that wrote
+** 100k files takes a second to remove, and other sessions are served
+** meanwhile. The session itself is freed at once; what its backend left
+** to wait for (the sandbox's end, session.h) and then its directory go on
+** a job (job.h), and the close that asked for it is answered after.
+*/
+#ifndef SMOL_DISCARD_H
+#define SMOL_DISCARD_H
+
+#include "reply.h"
+#include "session.h"
+
+/*
+** Frees s (its backend already closed) and removes its directory on a
+** job; then answers r with f (or {} when f is NULL), and `also` with {}
+** (either may be NULL): a failed open, and the close that cancelled it.
+*/
+void session_discard(session *s, request *r, const failure *f, request *also);
+
+/* Waits until every removal has ended (the provider is stopping). */
+void discards_finish(void);
+
+#endif
