@@ -145,7 +145,7 @@ describe("workspace copies", function()
     end
     local session = req.events[1].session
     assert.equals("copy", req.events[1].phase)
-    local procs = io.popen("pgrep -P " .. conn.pid):read("a")
+    local procs = io.popen("pgrep -x bwrap -P " .. conn.pid):read("a")
     assert.not_equals("", procs)   -- the sandbox (bwrap, the provider's child) is up while the copy runs
     assert.same({}, conn:call("close", {id = session}).result)
     conn:wait(req)
