@@ -7,7 +7,7 @@
 
 /* The extensions every session of this provider serves. */
 static const char *const extensions[] = {
-  "exec", "process", "timeout", "signal", "output_limit", "fs_extra", "describe",
+  "exec", "process", "timeout", "signal", "output_limit", "fs_extra", "describe", "archive",
 };
 
 cJSON *capabilities_of(const session *s) {

@@ -27,6 +27,7 @@ typedef struct provider {
   struct session_table *sessions;  /* session.c: the open sessions, the next id */
   struct provider_root *root;      /* root.c: the private directory of every session */
   struct proc_table *procs;        /* process.c: every process not yet forgotten */
+  struct archive_table *archives;  /* archive_op.c: the archives in flight */
   struct reaper *reaper;           /* backend_local.c: the pidfds of local commands */
   struct strays *strays;           /* strays.c: the children a backend reaps itself */
   struct profile_table *profiles;  /* profile.c: built-in and users' profiles */

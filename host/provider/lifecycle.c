@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "archive_methods.h"
 #include "bwrap_probe.h"
 #include "capabilities.h"
 #include "disk_cap.h"
@@ -29,6 +30,7 @@ static void session_close(session *s) {
   if (s->closing) return;
   s->closing = true;
   session_remove(s);
+  archives_close_session(s);
   procs_close_session(s);
   if (s->backend) s->backend->close(s);
   disk_watch_close(s);

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <uv.h>
 
+#include "archive_methods.h"
 #include "bwrap_probe.h"
 #include "context.h"
 #include "process.h"
@@ -71,6 +72,7 @@ static int serve(int argc, char **argv) {
   strays_reap();
   uv_loop_close(ctx->loop);
   procs_free();
+  archives_free();
   sessions_free();
   strays_free();
   bwrap_probe_free();
