@@ -58,7 +58,8 @@ describe("provider protocol", function()
     local conn = ph.start()
     local s = ph.open(conn)
     assert.same({exec = true, process = true, timeout = true, signal = true, output_limit = true,
-                 fs_extra = true, describe = true, isolation = "none", network = true}, s.capabilities)
+                 fs_extra = true, describe = true, archive = true, isolation = "none", network = true},
+                s.capabilities)
     assert.equals(s.cwd, s.cwd:match("^/.*/workspace$"))
   end)
 
