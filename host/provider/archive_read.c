@@ -33,6 +33,7 @@ typedef struct read_op {
   pack_item *items;            /* their fds, names and members are ours */
   size_t nitems;
   uint64_t sent, acked, window;   /* chunks sent and acknowledged; window 0: no acknowledgements */
+  bool follow_links;
 } read_op;
 
 static const archive_op_kind read_kind;
@@ -89,6 +90,7 @@ static void release(archive_op *x) {
   for (size_t i = 0; i < rd->nitems; i++) {
     if (rd->items[i].dirfd >= 0) close(rd->items[i].dirfd);
     free((char *)rd->items[i].name);
+    free((char *)rd->items[i].rel);
     free((char *)rd->items[i].member);
   }
   free(rd->items);
@@ -108,7 +110,7 @@ static void work(archive_op *x, op_result *res) {
   read_op *rd = read_of(x);
   pack_sink sink = {take, rd};
   pack_stats st;
-  res->ok = pack(rd->items, rd->nitems, &sink, &st, &res->fail);
+  res->ok = pack(rd->items, rd->nitems, rd->follow_links, &sink, &st, &res->fail);
   res->entries = st.entries;
   res->bytes = st.bytes;
 }
@@ -138,7 +140,7 @@ static bool add_item(read_op *rd, session *s, const char *base, const char *path
   const char *name;
   int fd = path_open_parent(&p, &name);
   if (fd < 0) return fail_errno(f, -fd, "read_archive", path);
-  rd->items[rd->nitems++] = (pack_item){fd, name ? strdup(name) : NULL, strdup(member)};
+  rd->items[rd->nitems++] = (pack_item){p.area_fd, strdup(p.rel), fd, name ? strdup(name) : NULL, strdup(member)};
   return true;
 }
 
@@ -155,7 +157,8 @@ static bool base_of(session *s, const cJSON *params, char *base, failure *f) {
 
 static bool prepare(read_op *rd, session *s, const cJSON *params, failure *f) {
   char **paths = NULL, base[PATH_MAX];
-  if (!param_uint(params, "window", &rd->window, f) || !base_of(s, params, base, f) ||
+  if (!param_uint(params, "window", &rd->window, f) || !param_bool(params, "follow_links", &rd->follow_links, f) ||
+      !base_of(s, params, base, f) ||
       !param_strv(params, "paths", &paths, f)) return false;
   size_t n = 0;
   while (paths[n]) n++;

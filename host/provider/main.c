@@ -2,6 +2,7 @@
 ** smolwf-provider: the bundled sandbox provider.
 **   smolwf-provider serve [--profiles FILE]   JSON Lines on stdin/stdout (docs/protocol.md)
 **   smolwf-provider helper                    internal: runs inside a bubblewrap session
+**   smolwf-provider unpack DIR [ARCHIVE]      extracts a tar beneath DIR (unpack_main.h)
 */
 #define _GNU_SOURCE
 #include <signal.h>
@@ -20,9 +21,11 @@
 #include "server.h"
 #include "session.h"
 #include "strays.h"
+#include "unpack_main.h"
 
 static const char usage[] =
   "usage: smolwf-provider serve [--profiles FILE]\n"
+  "       smolwf-provider unpack DIR [ARCHIVE]\n"
   "       smolwf-provider --help | --version\n"
   "\n"
   "Serves the sandbox provider protocol (JSON Lines) on stdin and stdout.\n"
@@ -86,5 +89,6 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "--version") == 0) { printf("smolwf-provider %s\n", SMOLWF_VERSION); return 0; }
   if (strcmp(argv[1], "serve") == 0) return serve(argc, argv);
   if (strcmp(argv[1], "helper") == 0) return sandbox_helper_main(argc, argv);
+  if (strcmp(argv[1], "unpack") == 0) return unpack_main(argc, argv);
   return usage_error("unknown command `%s`", argv[1]);
 }

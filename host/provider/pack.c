@@ -5,6 +5,7 @@
 #include "pack.h"
 
 #include "archive_lib.h"
+#include "paths.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -20,6 +21,8 @@
 #define MAX_DEPTH 256
 /* How much of a file is read at once. */
 #define READ_BLOCK (256u * 1024)
+/* Symlinks followed on one path at most (follow_links): past it, a loop. */
+#define MAX_LINKS 8
 
 typedef struct packer {
   const archive_lib *la;
@@ -29,12 +32,23 @@ typedef struct packer {
   char *out;                  /* the chunk being filled */
   size_t out_len;
   bool sink_stopped;
+  bool follow_links;
   char *block;                /* READ_BLOCK bytes for reading files */
   pack_stats *st;
   failure *f;
 } packer;
 
-static bool pack_node(packer *p, int dirfd, const char *name, const char *member, int depth);
+/* A path being packed: where it is, its entry name, its path beneath its area (to follow links from). */
+typedef struct node {
+  int area_fd;
+  int dirfd;                  /* the directory holding it */
+  const char *name;           /* its name there; NULL: dirfd itself */
+  const char *member;
+  const char *rel;
+  int depth, links;           /* levels below the item handed in; symlinks followed on the way */
+} node;
+
+static bool pack_node(packer *p, const node *n);
 
 /* ===== the output ===== */
 
@@ -104,13 +118,12 @@ static bool pack_file_data(packer *p, int fd, off_t size, const char *member) {
   return true;
 }
 
-static bool pack_file(packer *p, int dirfd, const char *name, const char *member) {
-  /* O_NONBLOCK: a FIFO swapped in after the stat must not hang the open. */
-  int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+/* The regular file open at fd (closed here): its header and bytes; anything else is left out. */
+static bool pack_open_file(packer *p, int fd, const char *member) {
   struct stat st;
-  if (fd < 0 || fstat(fd, &st) < 0) {
+  if (fstat(fd, &st) < 0) {
     int err = errno;
-    if (fd >= 0) close(fd);
+    close(fd);
     return fail_errno(p->f, err, "read_archive", member);
   }
   bool ok = !S_ISREG(st.st_mode) || (write_header(p, &st, member, NULL) && pack_file_data(p, fd, st.st_size, member));
@@ -118,12 +131,19 @@ static bool pack_file(packer *p, int dirfd, const char *name, const char *member
   return ok;
 }
 
-static bool pack_symlink(packer *p, int dirfd, const char *name, const struct stat *st, const char *member) {
+static bool pack_file(packer *p, const node *n) {
+  /* O_NONBLOCK: a FIFO swapped in after the stat must not hang the open. */
+  int fd = openat(n->dirfd, n->name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return fail_errno(p->f, errno, "read_archive", n->member);
+  return pack_open_file(p, fd, n->member);
+}
+
+static bool pack_symlink(packer *p, const node *n, const struct stat *st) {
   char target[PATH_MAX];
-  ssize_t n = readlinkat(dirfd, name ? name : "", target, sizeof target - 1);
-  if (n < 0) return fail_errno(p->f, errno, "read_archive", member);
-  target[n] = '\0';
-  return write_header(p, st, member, target);
+  ssize_t len = readlinkat(n->dirfd, n->name ? n->name : "", target, sizeof target - 1);
+  if (len < 0) return fail_errno(p->f, errno, "read_archive", n->member);
+  target[len] = '\0';
+  return write_header(p, st, n->member, target);
 }
 
 static int by_name(const void *a, const void *b) {
@@ -154,43 +174,78 @@ static void free_names(char **names) {
   free(names);
 }
 
-static bool pack_children(packer *p, int fd, const char *member, int depth) {
+/* "a" + "b" -> "a/b" ("" + "b" -> "b") into out (PATH_MAX); false when too long. */
+static bool join(char *out, const char *dir, const char *name) {
+  bool top = !*dir || strcmp(dir, ".") == 0;
+  return snprintf(out, PATH_MAX, "%s%s%s", top ? "" : dir, top ? "" : "/", name) < PATH_MAX;
+}
+
+static bool pack_children(packer *p, int fd, const node *n) {
   char **names = sorted_names(fd);
-  if (!names) return fail_errno(p->f, errno, "read_archive", *member ? member : ".");
+  if (!names) return fail_errno(p->f, errno, "read_archive", *n->member ? n->member : ".");
   bool ok = true;
   for (size_t i = 0; ok && names[i]; i++) {
-    char child[PATH_MAX];
-    if (snprintf(child, sizeof child, "%s%s%s", member, *member ? "/" : "", names[i]) >= (int)sizeof child)
-      ok = fail(p->f, "limit_exceeded", "read_archive `%s/%s`: name too long", member, names[i]);
+    char member[PATH_MAX], rel[PATH_MAX];
+    node child = {n->area_fd, fd, names[i], member, rel, n->depth + 1, n->links};
+    if (!join(member, n->member, names[i]) || !join(rel, n->rel, names[i]))
+      ok = fail(p->f, "limit_exceeded", "read_archive `%s/%s`: name too long", n->member, names[i]);
     else
-      ok = pack_node(p, fd, names[i], child, depth + 1);
+      ok = pack_node(p, &child);
   }
   free_names(names);
   return ok;
 }
 
-static bool pack_dir(packer *p, int dirfd, const char *name, const struct stat *st, const char *member, int depth) {
-  if (depth >= MAX_DEPTH)
-    return fail(p->f, "limit_exceeded", "read_archive `%s`: deeper than %d levels", member, MAX_DEPTH);
-  int fd = openat(dirfd, name ? name : ".", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return fail_errno(p->f, errno, "read_archive", *member ? member : ".");
-  bool ok = (!*member || write_header(p, st, member, NULL)) && pack_children(p, fd, member, depth);
+static bool pack_dir(packer *p, const node *n, const struct stat *st) {
+  if (n->depth >= MAX_DEPTH)
+    return fail(p->f, "limit_exceeded", "read_archive `%s`: deeper than %d levels", n->member, MAX_DEPTH);
+  int fd = openat(n->dirfd, n->name ? n->name : ".", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return fail_errno(p->f, errno, "read_archive", *n->member ? n->member : ".");
+  bool ok = (!*n->member || write_header(p, st, n->member, NULL)) && pack_children(p, fd, n);
+  close(fd);
+  return ok;
+}
+
+/*
+** A symlink packed as what it points to (follow_links): resolved again
+** from its area's fd with the kernel walking the link beneath the area
+** (paths.h), so a link that leads out of the session, or to nothing, fails.
+*/
+static bool pack_followed(packer *p, const node *n) {
+  if (n->links >= MAX_LINKS)
+    return fail(p->f, "invalid_request", "read_archive: symlink `%s`: too many levels of symbolic links (a loop?)",
+                n->member);
+  int fd = open_beneath(n->area_fd, n->rel, O_PATH, 0);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) < 0) {
+    int err = fd < 0 ? -fd : errno;
+    if (fd >= 0) close(fd);
+    return fail(p->f, err == ENOENT ? "not_found" : "permission_denied", "read_archive: symlink `%s` points outside "
+                "the sandbox or to nothing", n->member);
+  }
+  node target = {n->area_fd, fd, NULL, n->member, n->rel, n->depth, n->links + 1};
+  bool ok = true;
+  if (S_ISDIR(st.st_mode)) ok = pack_dir(p, &target, &st);
+  else if (S_ISREG(st.st_mode)) {
+    int file = open_beneath(n->area_fd, n->rel, O_RDONLY | O_NONBLOCK, 0);
+    ok = file >= 0 ? pack_open_file(p, file, n->member) : fail_errno(p->f, -file, "read_archive", n->member);
+  }
   close(fd);
   return ok;
 }
 
 /* One path: depth 0 is an item handed in (it must exist); below, what vanished meanwhile is skipped. */
-static bool pack_node(packer *p, int dirfd, const char *name, const char *member, int depth) {
+static bool pack_node(packer *p, const node *n) {
   struct stat st;
-  if (fstatat(dirfd, name ? name : "", &st, AT_SYMLINK_NOFOLLOW | (name ? 0 : AT_EMPTY_PATH)) < 0) {
-    if (errno == ENOENT && depth > 0) return true;
-    return fail_errno(p->f, errno, "read_archive", *member ? member : ".");
+  if (fstatat(n->dirfd, n->name ? n->name : "", &st, AT_SYMLINK_NOFOLLOW | (n->name ? 0 : AT_EMPTY_PATH)) < 0) {
+    if (errno == ENOENT && n->depth > 0) return true;
+    return fail_errno(p->f, errno, "read_archive", *n->member ? n->member : ".");
   }
-  if (S_ISDIR(st.st_mode)) return pack_dir(p, dirfd, name, &st, member, depth);
-  if (S_ISLNK(st.st_mode)) return pack_symlink(p, dirfd, name, &st, member);
-  if (S_ISREG(st.st_mode)) return pack_file(p, dirfd, name, member);
-  if (depth > 0) return true;
-  return fail(p->f, "invalid_request", "read_archive `%s`: not a file, directory or symlink", member);
+  if (S_ISDIR(st.st_mode)) return pack_dir(p, n, &st);
+  if (S_ISLNK(st.st_mode)) return p->follow_links ? pack_followed(p, n) : pack_symlink(p, n, &st);
+  if (S_ISREG(st.st_mode)) return pack_file(p, n);
+  if (n->depth > 0) return true;
+  return fail(p->f, "invalid_request", "read_archive `%s`: not a file, directory or symlink", n->member);
 }
 
 /* ===== the archive ===== */
@@ -199,15 +254,18 @@ static bool pack_all(packer *p, const pack_item *items, size_t n) {
   p->la->archive_write_set_format_pax(p->a);
   if (p->la->archive_write_open2(p->a, p, NULL, on_write, NULL, NULL) != ARCHIVE_OK) return write_failed(p, ".");
   bool ok = true;
-  for (size_t i = 0; ok && i < n; i++) ok = pack_node(p, items[i].dirfd, items[i].name, items[i].member, 0);
+  for (size_t i = 0; ok && i < n; i++) {
+    node top = {items[i].area_fd, items[i].dirfd, items[i].name, items[i].member, items[i].rel, 0, 0};
+    ok = pack_node(p, &top);
+  }
   if (!ok) return false;
   if (p->la->archive_write_close(p->a) != ARCHIVE_OK || !hand_over(p)) return write_failed(p, ".");
   return true;
 }
 
-bool pack(const pack_item *items, size_t n, const pack_sink *sink, pack_stats *st, failure *f) {
+bool pack(const pack_item *items, size_t n, bool follow_links, const pack_sink *sink, pack_stats *st, failure *f) {
   *st = (pack_stats){0};
-  packer p = {.sink = sink, .st = st, .f = f};
+  packer p = {.sink = sink, .st = st, .f = f, .follow_links = follow_links};
   if (!(p.la = archive_lib_get(f))) return false;
   p.a = p.la->archive_write_new();
   p.e = p.la->archive_entry_new();

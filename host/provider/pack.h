@@ -6,7 +6,10 @@
 **
 ** The files are reached through directory fds with O_NOFOLLOW, never by
 ** path: a symlink is packed as a link, never followed, so nothing outside
-** the directories handed in can end up in the archive. Regular files,
+** the directories handed in can end up in the archive. With follow_links
+** a symlink is packed as what it points to instead, found again from its
+** area's fd with the kernel keeping the walk beneath the area (paths.h):
+** a link out of the session, to nothing, or 8 links deep fails. Regular files,
 ** directories and symlinks are packed (hard links as separate files);
 ** FIFOs, sockets and devices inside a directory are left out, as the
 ** workspace copy leaves them out. Ownership is not recorded (0/0).
@@ -25,6 +28,8 @@
 
 /* One path to pack. */
 typedef struct pack_item {
+  int area_fd;             /* the session area it is in (not closed) */
+  const char *rel;         /* its path beneath that area ("." for the area) */
   int dirfd;               /* the directory holding it (not closed) */
   const char *name;        /* its name in dirfd; NULL: dirfd itself */
   const char *member;      /* its name in the archive; "": a directory whose entries go at the top */
@@ -43,6 +48,6 @@ typedef struct pack_stats {
 } pack_stats;
 
 /* Packs the items in order. False with f filled (a sink that stops fails it too; its owner knows why). */
-bool pack(const pack_item *items, size_t n, const pack_sink *sink, pack_stats *st, failure *f);
+bool pack(const pack_item *items, size_t n, bool follow_links, const pack_sink *sink, pack_stats *st, failure *f);
 
 #endif

@@ -39,7 +39,15 @@ typedef struct unpacker {
   unpack_stats *st;
   failure *f;
   const char *entry;            /* the raw name of the entry being extracted, for messages */
+  const char *what;             /* what messages start with */
 } unpacker;
+
+/* Fills u->f from an errno value: "WHAT: DOING `entry`: reason". */
+static bool entry_errno(unpacker *u, int err, const char *doing) {
+  char what[128];
+  snprintf(what, sizeof what, "%s: %s", u->what, doing);
+  return fail_errno(u->f, err, what, u->entry);
+}
 
 /* ===== names ===== */
 
@@ -49,19 +57,19 @@ typedef struct unpacker {
 ** `..` are refused; `kind` says what the name is for the message.
 */
 static bool clean_name(unpacker *u, const char *raw, const char *kind, char *out) {
-  if (!raw || !*raw) return fail(u->f, "invalid_request", "write_archive: an entry has no %s", kind);
+  if (!raw || !*raw) return fail(u->f, "invalid_request", "%s: an entry has no %s", u->what, kind);
   if (raw[0] == '/')
-    return fail(u->f, "permission_denied", "write_archive: entry `%s`: %s `%s` is absolute; only names relative "
-                "to the target directory are extracted", u->entry, kind, raw);
+    return fail(u->f, "permission_denied", "%s: entry `%s`: %s `%s` is absolute; only names relative "
+                "to the target directory are extracted", u->what, u->entry, kind, raw);
   size_t len = 0;
   out[0] = '\0';
   for (const char *p = raw; *p;) {
     size_t n = strcspn(p, "/");
     if (n == 2 && p[0] == '.' && p[1] == '.')
-      return fail(u->f, "permission_denied", "write_archive: entry `%s`: %s `%s` has a `..` component; nothing is "
-                  "extracted above the target directory", u->entry, kind, raw);
+      return fail(u->f, "permission_denied", "%s: entry `%s`: %s `%s` has a `..` component; nothing is "
+                  "extracted above the target directory", u->what, u->entry, kind, raw);
     if (n > NAME_MAX || len + n + 2 >= PATH_MAX)
-      return fail(u->f, "invalid_request", "write_archive: entry `%s`: %s is too long", u->entry, kind);
+      return fail(u->f, "invalid_request", "%s: entry `%s`: %s is too long", u->what, u->entry, kind);
     if (n > 0 && !(n == 1 && p[0] == '.')) len += (size_t)sprintf(out + len, "%s%.*s", len ? "/" : "", (int)n, p);
     p += n;
     while (*p == '/') p++;
@@ -99,11 +107,11 @@ static bool link_stays_inside(const char *dir, const char *target) {
 static bool walk_failure(unpacker *u, int dirfd, const char *name, const char *upto, int err) {
   struct stat st;
   if (err == ENOTDIR && fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode))
-    return fail(u->f, "permission_denied", "write_archive: entry `%s`: `%s` is a symlink; entries are never "
-                "written through symlinks", u->entry, upto);
+    return fail(u->f, "permission_denied", "%s: entry `%s`: `%s` is a symlink; entries are never "
+                "written through symlinks", u->what, u->entry, upto);
   if (err == ENOTDIR)
-    return fail(u->f, "not_a_directory", "write_archive: entry `%s`: `%s` is not a directory", u->entry, upto);
-  return fail_errno(u->f, err, "write_archive: entry", u->entry);
+    return fail(u->f, "not_a_directory", "%s: entry `%s`: `%s` is not a directory", u->what, u->entry, upto);
+  return entry_errno(u, err, "entry");
 }
 
 /* Opens (O_PATH) the component `name` of dirfd as a directory, making it when create is set and it is missing. */
@@ -117,7 +125,7 @@ static int open_component(int dirfd, const char *name, bool create) {
 /* An fd of the directory rel beneath root (clean, "" for root), walked without following any link; -1 with u->f. */
 static int walk_dirs(unpacker *u, const char *rel, bool create) {
   int fd = openat(u->root, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) { fail_errno(u->f, errno, "write_archive: the target directory of entry", u->entry); return -1; }
+  if (fd < 0) { entry_errno(u, errno, "the target directory of entry"); return -1; }
   char upto[PATH_MAX];
   for (const char *p = rel; *p;) {
     size_t n = strcspn(p, "/");
@@ -154,8 +162,8 @@ static bool charge(unpacker *u, uint64_t bytes, const char *what) {
     if (u->disk_left != UINT64_MAX) u->disk_left -= bytes;
     return true;
   }
-  return fail(u->f, "limit_exceeded", "write_archive: entry `%s` (%s of %llu bytes) would take the session past its "
-              "disk cap of %llu bytes (its files took %llu when the extraction began%s%s%s)", u->entry, what,
+  return fail(u->f, "limit_exceeded", "%s: entry `%s` (%s of %llu bytes) would take the session past its "
+              "disk cap of %llu bytes (its files took %llu when the extraction began%s%s%s)", u->what, u->entry, what,
               (unsigned long long)bytes, (unsigned long long)u->lim->cap, (unsigned long long)u->lim->used,
               u->lim->profile ? "; profile `" : "", u->lim->profile ? u->lim->profile : "", u->lim->profile ? "`" : "");
 }
@@ -170,14 +178,14 @@ static bool charge(unpacker *u, uint64_t bytes, const char *what) {
 static bool clear_place(unpacker *u, int dirfd, const char *name, bool want_dir) {
   struct stat st;
   if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-    return errno == ENOENT ? true : fail_errno(u->f, errno, "write_archive: entry", u->entry);
+    return errno == ENOENT ? true : entry_errno(u, errno, "entry");
   if (S_ISDIR(st.st_mode)) {
     if (want_dir) return true;
-    return fail(u->f, "already_exists", "write_archive: entry `%s`: a directory of that name exists and is "
-                "not replaced", u->entry);
+    return fail(u->f, "already_exists", "%s: entry `%s`: a directory of that name exists and is "
+                "not replaced", u->what, u->entry);
   }
   if (unlinkat(dirfd, name, 0) == 0 || errno == ENOENT) return true;
-  return fail_errno(u->f, errno, "write_archive: replacing the entry", u->entry);
+  return entry_errno(u, errno, "replacing the entry");
 }
 
 /* ===== entries ===== */
@@ -204,8 +212,8 @@ static bool write_all_at(int fd, const char *data, size_t len, off_t offset) {
 }
 
 static bool archive_failed(unpacker *u, const char *doing) {
-  return fail(u->f, "invalid_request", "write_archive: entry `%s`: the archive is damaged or ends early while %s "
-              "(libarchive: %s)", u->entry, doing, u->la->archive_error_string(u->a));
+  return fail(u->f, "invalid_request", "%s: entry `%s`: the archive is damaged or ends early while %s "
+              "(libarchive: %s)", u->what, u->entry, doing, u->la->archive_error_string(u->a));
 }
 
 /* The entry's data blocks into fd at their offsets: the holes of a sparse entry stay holes. */
@@ -216,10 +224,10 @@ static bool copy_data(unpacker *u, int fd, int64_t size) {
   int rc;
   while ((rc = u->la->archive_read_data_block(u->a, &block, &len, &offset)) == ARCHIVE_OK || rc == ARCHIVE_WARN) {
     if (offset < 0 || (uint64_t)offset + len > (uint64_t)size) return archive_failed(u, "reading its data");
-    if (!write_all_at(fd, block, len, offset)) return fail_errno(u->f, errno, "write_archive: writing entry", u->entry);
+    if (!write_all_at(fd, block, len, offset)) return entry_errno(u, errno, "writing entry");
   }
   if (rc != ARCHIVE_EOF) return archive_failed(u, "reading its data");
-  if (ftruncate(fd, size) < 0) return fail_errno(u->f, errno, "write_archive: writing entry", u->entry);
+  if (ftruncate(fd, size) < 0) return entry_errno(u, errno, "writing entry");
   return true;
 }
 
@@ -227,12 +235,12 @@ static bool extract_file(unpacker *u, struct archive_entry *e, int dirfd, const 
   int64_t size = u->la->archive_entry_size(e) > 0 ? u->la->archive_entry_size(e) : 0;
   if (!charge(u, (uint64_t)size, "a file") || !clear_place(u, dirfd, leaf, false)) return false;
   int fd = openat(dirfd, leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) return fail_errno(u->f, errno, "write_archive: creating entry", u->entry);
+  if (fd < 0) return entry_errno(u, errno, "creating entry");
   bool ok = copy_data(u, fd, size);
   struct timespec t[2];
   mtime_of(u, e, t);
   if (ok && (fchmod(fd, perm_of(u, e)) < 0 || futimens(fd, t) < 0))
-    ok = fail_errno(u->f, errno, "write_archive: setting the mode and time of entry", u->entry);
+    ok = entry_errno(u, errno, "setting the mode and time of entry");
   close(fd);
   return ok;
 }
@@ -252,26 +260,26 @@ static bool extract_dir(unpacker *u, struct archive_entry *e, int dirfd, const c
   if (mkdirat(dirfd, leaf, 0700) == 0) {
     if (!charge(u, DIR_BYTES, "a directory")) return false;
   } else if (errno != EEXIST) {
-    return fail_errno(u->f, errno, "write_archive: creating entry", u->entry);
+    return entry_errno(u, errno, "creating entry");
   }
   int fd = openat(dirfd, leaf, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return walk_failure(u, dirfd, leaf, name, errno);
   mode_t mode = perm_of(u, e);
   int rc = fchmod(fd, mode | 0700);
   close(fd);
-  if (rc < 0) return fail_errno(u->f, errno, "write_archive: setting the mode of entry", u->entry);
+  if (rc < 0) return entry_errno(u, errno, "setting the mode of entry");
   if ((mode & 0700) != 0700) defer_mode(u, name, mode);
   return true;
 }
 
 static bool extract_symlink(unpacker *u, struct archive_entry *e, int dirfd, const char *leaf, const char *dir) {
   const char *target = u->la->archive_entry_symlink(e);
-  if (!target || !*target) return fail(u->f, "invalid_request", "write_archive: entry `%s`: a symlink without a target", u->entry);
+  if (!target || !*target) return fail(u->f, "invalid_request", "%s: entry `%s`: a symlink without a target", u->what, u->entry);
   if (!link_stays_inside(dir, target))
-    return fail(u->f, "permission_denied", "write_archive: entry `%s`: symlink to `%s` points outside the target "
-                "directory", u->entry, target);
+    return fail(u->f, "permission_denied", "%s: entry `%s`: symlink to `%s` points outside the target "
+                "directory", u->what, u->entry, target);
   if (!clear_place(u, dirfd, leaf, false)) return false;
-  if (symlinkat(target, dirfd, leaf) < 0) return fail_errno(u->f, errno, "write_archive: creating entry", u->entry);
+  if (symlinkat(target, dirfd, leaf) < 0) return entry_errno(u, errno, "creating entry");
   struct timespec t[2];
   mtime_of(u, e, t);
   utimensat(dirfd, leaf, t, AT_SYMLINK_NOFOLLOW);   /* a filesystem without link times keeps the link */
@@ -288,11 +296,11 @@ static bool extract_hardlink(unpacker *u, const char *raw_target, int dirfd, con
   if (tfd < 0) return false;
   struct stat st;
   bool ok = fstatat(tfd, tleaf, &st, AT_SYMLINK_NOFOLLOW) == 0
-          ? S_ISREG(st.st_mode) || fail(u->f, "permission_denied", "write_archive: entry `%s`: hard link to `%s`, "
-                                        "which is not a regular file", u->entry, raw_target)
-          : fail_errno(u->f, errno, "write_archive: hard link target of entry", u->entry);
+          ? S_ISREG(st.st_mode) || fail(u->f, "permission_denied", "%s: entry `%s`: hard link to `%s`, "
+                                        "which is not a regular file", u->what, u->entry, raw_target)
+          : entry_errno(u, errno, "hard link target of entry");
   ok = ok && clear_place(u, dirfd, leaf, false);
-  if (ok && linkat(tfd, tleaf, dirfd, leaf, 0) < 0) ok = fail_errno(u->f, errno, "write_archive: linking entry", u->entry);
+  if (ok && linkat(tfd, tleaf, dirfd, leaf, 0) < 0) ok = entry_errno(u, errno, "linking entry");
   close(tfd);
   return ok;
 }
@@ -314,8 +322,8 @@ static bool extract_in_place(unpacker *u, struct archive_entry *e, const char *n
   mode_t type = u->la->archive_entry_filetype(e);
   bool known = u->la->archive_entry_hardlink(e) || type == AE_IFREG || type == AE_IFDIR || type == AE_IFLNK;
   if (!known)
-    return fail(u->f, "permission_denied", "write_archive: entry `%s` is %s; device files, FIFOs and sockets are "
-                "not extracted", u->entry, special_kind(type));
+    return fail(u->f, "permission_denied", "%s: entry `%s` is %s; device files, FIFOs and sockets are "
+                "not extracted", u->what, u->entry, special_kind(type));
   int dirfd = parent_dir(u, dir);
   if (dirfd < 0) return false;
   if (u->la->archive_entry_hardlink(e)) return extract_hardlink(u, u->la->archive_entry_hardlink(e), dirfd, leaf, name);
@@ -330,7 +338,7 @@ static bool extract_entry(unpacker *u, struct archive_entry *e) {
   if (*name) return extract_in_place(u, e, name);
   /* "./": the target directory itself, which is there already and keeps its mode. */
   if (u->la->archive_entry_filetype(e) == AE_IFDIR && !u->la->archive_entry_hardlink(e)) return true;
-  return fail(u->f, "invalid_request", "write_archive: entry `%s` names the target directory itself", u->entry);
+  return fail(u->f, "invalid_request", "%s: entry `%s` names the target directory itself", u->what, u->entry);
 }
 
 /* ===== the archive ===== */
@@ -359,10 +367,10 @@ static void apply_deferred_modes(unpacker *u) {
 
 static bool next_header_failed(unpacker *u) {
   if (u->st->entries == 0)
-    return fail(u->f, "invalid_request", "write_archive: not a tar archive, or damaged at its start (libarchive: %s)",
+    return fail(u->f, "invalid_request", "%s: not a tar archive, or damaged at its start (libarchive: %s)", u->what,
                 u->la->archive_error_string(u->a));
-  return fail(u->f, "invalid_request", "write_archive: the archive is damaged or ends early after entry `%s` "
-              "(libarchive: %s)", u->entry, u->la->archive_error_string(u->a));
+  return fail(u->f, "invalid_request", "%s: the archive is damaged or ends early after entry `%s` "
+              "(libarchive: %s)", u->what, u->entry, u->la->archive_error_string(u->a));
 }
 
 static bool extract_all(unpacker *u) {
@@ -380,10 +388,11 @@ static bool extract_all(unpacker *u) {
 
 bool unpack(int dirfd, const unpack_source *src, const unpack_limits *lim, unpack_stats *st, failure *f) {
   *st = (unpack_stats){0};
-  unpacker u = {.src = src, .root = dirfd, .parent_fd = -1, .lim = lim, .st = st, .f = f, .entry = ""};
+  unpacker u = {.src = src, .root = dirfd, .parent_fd = -1, .lim = lim, .st = st, .f = f, .entry = "",
+               .what = lim->what ? lim->what : "write_archive"};
   u.disk_left = !lim->cap ? UINT64_MAX : lim->used < lim->cap ? lim->cap - lim->used : 0;
   if (!(u.la = archive_lib_get(f))) return false;
-  if (!(u.a = u.la->archive_read_new())) return fail(f, "limit_exceeded", "write_archive: out of memory");
+  if (!(u.a = u.la->archive_read_new())) return fail(f, "limit_exceeded", "%s: out of memory", u.what);
   u.la->archive_read_support_format_tar(u.a);
   u.la->archive_read_support_format_empty(u.a);   /* no bytes at all: an empty archive */
   bool ok = extract_all(&u);

@@ -48,11 +48,12 @@ typedef struct unpack_source {
   void *ctx;
 } unpack_source;
 
-/* The disk allowance, for the check and its message. */
+/* The disk allowance, for the check and its message; and how messages start. */
 typedef struct unpack_limits {
   uint64_t cap;            /* the session's disk cap, 0 for none */
   uint64_t used;           /* what the session's files took when the extraction began */
   const char *profile;     /* named in the message (may be NULL) */
+  const char *what;        /* what messages start with (NULL: "write_archive") */
 } unpack_limits;
 
 typedef struct unpack_stats {

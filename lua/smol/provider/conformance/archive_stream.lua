@@ -86,7 +86,8 @@ function archive_stream.read(conn, session, paths, opts)
   opts = opts or {}
   local window = opts.window == nil and 2 or opts.window or nil
   local parts, state = {}, {kinds = {}}
-  local req = conn:send("read_archive", {session = session, paths = paths, cwd = opts.cwd, window = window}, {
+  local params = {session = session, paths = paths, cwd = opts.cwd, window = window, follow_links = opts.follow_links}
+  local req = conn:send("read_archive", params, {
     discard_events = true,
     on_event = function(ev)
       state.kinds[#state.kinds + 1] = ev.type
