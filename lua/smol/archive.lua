@@ -31,10 +31,12 @@ to abort the archive, so nothing of it stays in flight.
 ]]
 local core = require "smol.core"
 local errors = require "smol.errors"
+local task = require "smol.task"
 
 local archive = {}
 
--- Bytes per write_archive request; chunks a read may have unacknowledged.
+-- Bytes per write_archive request; requests of a write, and chunks of a
+-- read, that may be unanswered at once (the provider takes at most 4).
 archive.CHUNK = 1024 * 1024
 archive.WINDOW = 4
 
@@ -65,29 +67,70 @@ end
 local Writer = {}
 Writer.__index = Writer
 
--- One write_archive request with chunk (nil: none); raises after aborting the archive.
-function Writer:send(chunk, eof)
+-- One write_archive request with chunk (nil: none; b64: chunk is base64 already); raises after aborting the archive.
+function Writer:send(chunk, eof, b64)
   local sb = self.sb
   local fields = {archive_id = self.id, path = not self.id and self.path or nil, eof = eof or nil}
-  local raw = chunk and #chunk > 0 and {"data_base64", core.b64encode(chunk)} or nil
+  local raw = chunk and #chunk > 0 and {"data_base64", b64 and chunk or core.b64encode(chunk)} or nil
   local ok, r = pcall(sb.call, sb, "write_archive", fields, {raw = raw, op = "write_archive", path = self.label})
   if not ok then
+    if not self.done and not eof then abort(sb, self.id) end   -- the eof request's failure ends the archive itself
     self.done = true
-    if not eof then abort(sb, self.id) end   -- the eof request's failure ends the archive itself
     error(r, 0)
   end
   self.id = self.id or r.archive_id
   return r
 end
 
+-- Waits for the oldest request in flight; true, or false and its error.
+function Writer:join_oldest()
+  local t = table.remove(self.inflight, 1)
+  local ok, err = pcall(t.join, t)
+  return ok, err
+end
+
+--[[
+Once the archive has its id, its requests go out from tasks of their own,
+up to WINDOW unanswered: the host encodes the next chunk while the
+provider decodes and takes the last. Tasks start in the order they were
+made, so the requests leave in order; a failure is raised by the next
+write or by finish.
+]]
+function Writer:send_chunk(chunk, b64)
+  if not self.id then self:send(chunk, false, b64) return end
+  self.inflight[#self.inflight + 1] = task.spawn(self.send, self, chunk, false, b64)
+  while #self.inflight >= archive.WINDOW do
+    local ok, err = self:join_oldest()
+    if not ok then self:drain() error(err, 0) end
+  end
+end
+
+-- Waits for every request in flight; the first failure, or nil.
+function Writer:drain()
+  local first
+  while #self.inflight > 0 do
+    local ok, err = self:join_oldest()
+    first = first or (not ok and err) or nil
+  end
+  return first
+end
+
 function Writer:write(chunk)
   if type(chunk) ~= "string" then error("sandbox: archive writer: chunk must be a string", 2) end
   if self.done then error("sandbox: archive writer: the archive is finished or aborted", 2) end
-  for i = 1, #chunk, archive.CHUNK do self:send(chunk:sub(i, i + archive.CHUNK - 1), false) end
+  for i = 1, #chunk, archive.CHUNK do self:send_chunk(chunk:sub(i, i + archive.CHUNK - 1)) end
+end
+
+-- A chunk that is base64 already (as read_archive's events bring it: sandbox.copy passes them on unchanged).
+function Writer:write_base64(text)
+  if self.done then error("sandbox: archive writer: the archive is finished or aborted", 2) end
+  self:send_chunk(text, true)
 end
 
 function Writer:finish()
   if self.done then error("sandbox: archive writer: the archive is finished or aborted", 2) end
+  local err = self:drain()
+  if err then error(err, 0) end
   local r = self:send(nil, true)
   self.done = true
   return stats(r)
@@ -95,6 +138,7 @@ end
 
 function Writer:abort()
   if self.done then return end
+  self:drain()
   self.done = true
   abort(self.sb, self.id)
 end
@@ -105,7 +149,7 @@ local function new_writer(sb, opts, op)
     error(("sandbox: %s: path must be a string, got %s"):format(op, type(opts.path)), 3)
   end
   if opts.path then sb:create_dir_all(opts.path) end
-  return setmetatable({sb = sb, path = opts.path, label = opts.path or "."}, Writer)
+  return setmetatable({sb = sb, path = opts.path, label = opts.path or ".", inflight = {}}, Writer)
 end
 
 local function write_from(w, source)
@@ -156,12 +200,14 @@ local function protocol_error(message)
   errors.raise{code = "protocol", op = "read_archive", message = message}
 end
 
--- One event of a read: started (the id), then chunks, each handed on and then acknowledged.
+-- One event of a read: started (the id), then chunks, each handed on (decoded, unless st.base64) and acknowledged.
 local function on_read_event(ev, st)
   if ev.type == "started" then
     st.id = ev.archive_id
   elseif ev.type == "chunk" then
-    local data, err = core.b64decode(ev.data_base64 or "")
+    local data, err = ev.data_base64 or "", nil
+    if type(data) ~= "string" then protocol_error("read_archive chunk: data_base64 is not a string") end
+    if not st.base64 then data, err = core.b64decode(data) end
     if not data then protocol_error("read_archive chunk: " .. tostring(err)) end
     st.deliver(data)
     st.chunks = st.chunks + 1
@@ -172,12 +218,13 @@ local function on_read_event(ev, st)
   end
 end
 
-local function read_archive(sb, paths, opts)
+-- base64: opts.to gets the chunks as their base64 text (for sandbox.copy).
+local function read_archive(sb, paths, opts, base64)
   paths = check_paths(paths)
   local label = table.concat(paths, ", ")
   sb:require_capability("archive", "read_archive", label)
   local deliver, finish = sink_of(opts.to)
-  local st = {sb = sb, deliver = deliver, chunks = 0}
+  local st = {sb = sb, deliver = deliver, chunks = 0, base64 = base64}
   local fields = {paths = paths, cwd = opts.cwd, window = archive.WINDOW, follow_links = opts.follow_links or nil}
   local ok, r = pcall(sb.call, sb, "read_archive", fields, {op = "read_archive", path = label,
     on_event = function(ev) on_read_event(ev, st) end})
@@ -215,9 +262,10 @@ function archive.install(Session, sandbox, check_open)
 
   function sandbox.copy(from, paths, to, opts)
     opts = check_opts(opts, 4, "copy")
+    check_open(from, "copy")
     local w = to:archive_writer{path = opts.path}
-    local ok, r = pcall(from.read_archive, from, paths, {cwd = opts.cwd, follow_links = opts.follow_links,
-      to = function(chunk) w:write(chunk) end})
+    local ok, r = pcall(read_archive, from, paths, {cwd = opts.cwd, follow_links = opts.follow_links,
+      to = function(text) w:write_base64(text) end}, true)
     if not ok then w:abort(); error(r, 0) end
     return w:finish()
   end
