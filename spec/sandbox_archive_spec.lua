@@ -112,6 +112,16 @@ describe("smol.archive", function()
     assert.equals(6, sandbox.copy(a, "out", b, {path = "after"}).entries)
   end)
 
+  it("raises a protocol error for a chunk that is not base64 and an event it does not know", function()
+    local bad = sandbox.open{program = {core.exe_path(), "provider", h.fixture("archive_bad_chunks.lua")}}
+    local err = h.catch(bad.read_archive, bad, "bad_base64")
+    assert.is_true(errors.is(err, "protocol"), tostring(err))
+    assert.matches("read_archive chunk: data_base64 is invalid base64", err.message)
+    err = h.catch(bad.read_archive, bad, "unknown_event")
+    assert.matches("unknown read_archive event type `surprise`", err.message)
+    bad:close()
+  end)
+
   it("refuses misuse at the caller's line, and sessions without the extension", function()
     local a = sandbox.open{profile = "local/default"}
     local line = debug.getinfo(1, "l").currentline + 1

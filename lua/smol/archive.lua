@@ -67,11 +67,11 @@ end
 local Writer = {}
 Writer.__index = Writer
 
--- One write_archive request with chunk (nil: none; b64: chunk is base64 already); raises after aborting the archive.
-function Writer:send(chunk, eof, b64)
+-- One write_archive request with chunk (nil: none); raises after aborting the archive.
+function Writer:send(chunk, eof)
   local sb = self.sb
   local fields = {archive_id = self.id, path = not self.id and self.path or nil, eof = eof or nil}
-  local raw = chunk and #chunk > 0 and {"data_base64", b64 and chunk or core.b64encode(chunk)} or nil
+  local raw = chunk and #chunk > 0 and {"data_base64", core.b64encode(chunk)} or nil
   local ok, r = pcall(sb.call, sb, "write_archive", fields, {raw = raw, op = "write_archive", path = self.label})
   if not ok then
     if not self.done and not eof then abort(sb, self.id) end   -- the eof request's failure ends the archive itself
@@ -96,9 +96,9 @@ provider decodes and takes the last. Tasks start in the order they were
 made, so the requests leave in order; a failure is raised by the next
 write or by finish.
 ]]
-function Writer:send_chunk(chunk, b64)
-  if not self.id then self:send(chunk, false, b64) return end
-  self.inflight[#self.inflight + 1] = task.spawn(self.send, self, chunk, false, b64)
+function Writer:send_chunk(chunk)
+  if not self.id then self:send(chunk, false) return end
+  self.inflight[#self.inflight + 1] = task.spawn(self.send, self, chunk, false)
   while #self.inflight >= archive.WINDOW do
     local ok, err = self:join_oldest()
     if not ok then self:drain() error(err, 0) end
@@ -119,12 +119,6 @@ function Writer:write(chunk)
   if type(chunk) ~= "string" then error("sandbox: archive writer: chunk must be a string", 2) end
   if self.done then error("sandbox: archive writer: the archive is finished or aborted", 2) end
   for i = 1, #chunk, archive.CHUNK do self:send_chunk(chunk:sub(i, i + archive.CHUNK - 1)) end
-end
-
--- A chunk that is base64 already (as read_archive's events bring it: sandbox.copy passes them on unchanged).
-function Writer:write_base64(text)
-  if self.done then error("sandbox: archive writer: the archive is finished or aborted", 2) end
-  self:send_chunk(text, true)
 end
 
 function Writer:finish()
@@ -200,16 +194,24 @@ local function protocol_error(message)
   errors.raise{code = "protocol", op = "read_archive", message = message}
 end
 
--- One event of a read: started (the id), then chunks, each handed on (decoded, unless st.base64) and acknowledged.
+-- The bytes of a chunk event: the connection decodes them into `data` (smol.conn); a
+-- data_base64 it could not decode is checked here, to say why.
+local function chunk_bytes(ev)
+  if type(ev.data) == "string" then return ev.data end
+  local text = ev.data_base64
+  if text == nil then return "" end
+  if type(text) ~= "string" then protocol_error("read_archive chunk: data_base64 is not a string") end
+  local data, err = core.b64decode(text)
+  if not data then protocol_error("read_archive chunk: data_base64 is " .. tostring(err)) end
+  return data
+end
+
+-- One event of a read: started (the id), then chunks, each handed on and then acknowledged.
 local function on_read_event(ev, st)
   if ev.type == "started" then
     st.id = ev.archive_id
   elseif ev.type == "chunk" then
-    local data, err = ev.data_base64 or "", nil
-    if type(data) ~= "string" then protocol_error("read_archive chunk: data_base64 is not a string") end
-    if not st.base64 then data, err = core.b64decode(data) end
-    if not data then protocol_error("read_archive chunk: " .. tostring(err)) end
-    st.deliver(data)
+    st.deliver(chunk_bytes(ev))
     st.chunks = st.chunks + 1
     local sb = st.sb
     sb._conn:notify("read_archive_ack", sb:params_json({archive_id = st.id, chunks = st.chunks}))
@@ -218,13 +220,12 @@ local function on_read_event(ev, st)
   end
 end
 
--- base64: opts.to gets the chunks as their base64 text (for sandbox.copy).
-local function read_archive(sb, paths, opts, base64)
+local function read_archive(sb, paths, opts)
   paths = check_paths(paths)
   local label = table.concat(paths, ", ")
   sb:require_capability("archive", "read_archive", label)
   local deliver, finish = sink_of(opts.to)
-  local st = {sb = sb, deliver = deliver, chunks = 0, base64 = base64}
+  local st = {sb = sb, deliver = deliver, chunks = 0}
   local fields = {paths = paths, cwd = opts.cwd, window = archive.WINDOW, follow_links = opts.follow_links or nil}
   local ok, r = pcall(sb.call, sb, "read_archive", fields, {op = "read_archive", path = label,
     on_event = function(ev) on_read_event(ev, st) end})
@@ -265,7 +266,7 @@ function archive.install(Session, sandbox, check_open)
     check_open(from, "copy")
     local w = to:archive_writer{path = opts.path}
     local ok, r = pcall(read_archive, from, paths, {cwd = opts.cwd, follow_links = opts.follow_links,
-      to = function(text) w:write_base64(text) end}, true)
+      to = function(chunk) w:write(chunk) end})
     if not ok then w:abort(); error(r, 0) end
     return w:finish()
   end
