@@ -29,8 +29,13 @@ describe("smol.archive", function()
     assert.is_true(h.handles_back_to(handles), "uv handles left open")
   end)
 
+  -- An empty workspace each: the checkout (the default) holds other specs' temp files, which come and go.
+  local function open(profile)
+    return sandbox.open{profile = profile, workspace = h.tempdir()}
+  end
+
   local function both()
-    return sandbox.open{profile = "local/default"}, sandbox.open{profile = "bwrap/default"}
+    return open("local/default"), open("bwrap/default")
   end
 
   it("copies a tree between sessions of one provider, unchanged", function()
@@ -78,10 +83,10 @@ describe("smol.archive", function()
   end)
 
   it("raises the provider's refusal as an error value naming the entry; the session goes on", function()
-    local a = sandbox.open{profile = "local/default"}
+    local a = open("local/default")
     sh(a, "ln -s /etc outside")
     local tar = a:read_archive("outside").data
-    local b = sandbox.open{profile = "bwrap/default"}
+    local b = open("bwrap/default")
     local err = h.catch(b.write_archive, b, tar, {path = "in"})
     assert.is_true(errors.is(err, "permission_denied"), tostring(err))
     assert.equals("write_archive", err.op)
@@ -123,7 +128,7 @@ describe("smol.archive", function()
   end)
 
   it("refuses misuse at the caller's line, and sessions without the extension", function()
-    local a = sandbox.open{profile = "local/default"}
+    local a = open("local/default")
     local line = debug.getinfo(1, "l").currentline + 1
     local err = h.catch(function() a:write_archive(42) end)
     assert.matches("sandbox_archive_spec%.lua:" .. line .. ": bad argument #1 to 'write_archive'", err)
