@@ -87,3 +87,14 @@ describe("bench/host_bench.lua", function()
     end
   end)
 end)
+
+describe("bench/archive_bench.lua", function()
+  it("prints every figure", function()
+    local out, ok = run({}, "bench/archive_bench.lua", {"1048576", "1", "2"})
+    assert(ok, out)
+    for _, label in ipairs{"sandbox.copy (read_archive | write_archive), MB/s", "tar c | tar x through a pipe, MB/s",
+        "ratio, tar / archive", "host peak RSS (VmHWM), MiB", "provider peak RSS (VmHWM), MiB"} do
+      assert_figure(out, label)
+    end
+  end)
+end)

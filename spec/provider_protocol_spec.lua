@@ -58,8 +58,8 @@ describe("provider protocol", function()
     local conn = ph.start()
     local s = ph.open(conn)
     assert.same({exec = true, process = true, timeout = true, signal = true, output_limit = true,
-                 fs_extra = true, describe = true, raw_names = true, fork = true, isolation = "none", network = true,
-                 workspace = "empty"}, s.capabilities)
+                 fs_extra = true, describe = true, raw_names = true, fork = true, archive = true,
+                 isolation = "none", network = true, workspace = "empty"}, s.capabilities)
     assert.equals(s.cwd, s.cwd:match("^/.*/workspace$"))
   end)
 

@@ -29,6 +29,7 @@ typedef struct provider {
   struct openings *openings;       /* opening.c: sessions being opened */
   struct discards *discards;       /* discard.c: closed sessions' directories being removed */
   struct proc_table *procs;        /* process.c: every process not yet forgotten */
+  struct archive_table *archives;  /* archive_op.c: the archives in flight */
   struct reaper *reaper;           /* backend_local.c: the pidfds of local commands */
   struct strays *strays;           /* strays.c: the children a backend reaps itself */
   struct profile_table *profiles;  /* profile.c: built-in and users' profiles */

@@ -12,6 +12,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "archive_methods.h"
+#include "bwrap_probe.h"
+#include "capabilities.h"
 #include "discard.h"
 #include "disk_cap.h"
 #include "opening.h"
@@ -25,6 +28,7 @@
 static void session_end(session *s) {
   s->closing = true;
   session_remove(s);
+  archives_close_session(s);
   procs_close_session(s);
   if (s->backend) s->backend->close(s);
   disk_watch_close(s);

@@ -3,6 +3,7 @@
 **   smolwf-provider serve [--profiles FILE]   JSON Lines on stdin/stdout (docs/protocol.md)
 **   smolwf-provider helper                    internal: runs inside a bubblewrap session
 **   smolwf-provider keeper ROOT               internal: ends local sessions' processes if the provider is killed
+**   smolwf-provider unpack DIR [ARCHIVE]      extracts a tar beneath DIR (unpack_main.h)
 */
 #define _GNU_SOURCE
 #include <signal.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <uv.h>
 
+#include "archive_methods.h"
 #include "bwrap_probe.h"
 #include "context.h"
 #include "fd_reserve.h"
@@ -22,9 +24,11 @@
 #include "server.h"
 #include "session.h"
 #include "strays.h"
+#include "unpack_main.h"
 
 static const char usage[] =
   "usage: smolwf-provider serve [--profiles FILE]\n"
+  "       smolwf-provider unpack DIR [ARCHIVE]\n"
   "       smolwf-provider --help | --version\n"
   "\n"
   "Serves the sandbox provider protocol (JSON Lines) on stdin and stdout.\n"
@@ -75,6 +79,7 @@ static int serve(int argc, char **argv) {
   strays_reap();
   uv_loop_close(ctx->loop);
   procs_free();
+  archives_free();
   sessions_free();
   strays_free();
   bwrap_probe_free();
@@ -90,5 +95,6 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "serve") == 0) return serve(argc, argv);
   if (strcmp(argv[1], "helper") == 0) return sandbox_helper_main(argc, argv);
   if (strcmp(argv[1], "keeper") == 0) return keeper_main(argc, argv);
+  if (strcmp(argv[1], "unpack") == 0) return unpack_main(argc, argv);
   return usage_error("unknown command `%s`", argv[1]);
 }

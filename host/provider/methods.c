@@ -5,6 +5,7 @@
 
 #include <string.h>
 
+#include "archive_methods.h"
 #include "describe.h"
 #include "fileops.h"
 #include "lifecycle.h"
@@ -36,6 +37,10 @@ static const struct method {
   {"wait", NULL, method_wait},
   {"kill", NULL, method_kill},
   {"write_stdin", NULL, method_write_stdin},
+  {"write_archive", NULL, method_write_archive},
+  {"read_archive", NULL, method_read_archive},
+  {"read_archive_ack", NULL, method_read_archive_ack},
+  {"abort_archive", NULL, method_abort_archive},
 };
 
 /* The session named by params.session.id, or NULL after answering r with the reason. */

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "archive_methods.h"
 #include "context.h"
 #include "envelope.h"
 #include "lifecycle.h"
@@ -67,9 +68,10 @@ static void on_end(wire_end why) {
   stop(NULL, false);
 }
 
-/* A host that does not read its replies: commands whose output streams to it pause too. */
+/* A host that does not read its replies: commands whose output streams to it pause too, and archives being read. */
 static void on_congested(bool on) {
   procs_set_paused(on);
+  archives_set_paused(on);
 }
 
 static void on_signal(uv_signal_t *h, int signo) {

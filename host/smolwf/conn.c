@@ -223,6 +223,11 @@ static int is_output(const char *type) {
   return type != NULL && (strcmp(type, "stdout") == 0 || strcmp(type, "stderr") == 0);
 }
 
+/* Events whose data_base64 is a payload decoded into `data`: output, and the archive extension's chunks. */
+static int has_payload(const char *type) {
+  return is_output(type) || (type != NULL && strcmp(type, "chunk") == 0);
+}
+
 /* {=================== quiet process requests ===================} */
 
 /* A quiet request kept something (process_id, output): recycle looks only then. */
@@ -382,7 +387,7 @@ static void route(lua_State *L, conn *c, cJSON *msg, const char *line, size_t le
     }
   }
   const char *type = is_event ? event_type(e.body) : NULL;
-  int output = is_event && cJSON_IsObject(e.body) && is_output(type);
+  int output = is_event && cJSON_IsObject(e.body) && has_payload(type);
   if (e.kind != NULL) {
     lua_pushstring(L, e.kind);
     if (exact) {
@@ -445,7 +450,7 @@ static int decode_split(lua_State *L, conn *c, const char *line, size_t len) {
   const cJSON *ev = msg ? cJSON_GetObjectItemCaseSensitive(msg, "event") : NULL;
   const cJSON *empty = ev ? cJSON_GetObjectItemCaseSensitive(ev, "data_base64") : NULL;
   if (msg == NULL || cJSON_GetObjectItemCaseSensitive(msg, "result") != NULL ||
-      cJSON_GetObjectItemCaseSensitive(msg, "error") != NULL || !is_output(event_type(ev)) ||
+      cJSON_GetObjectItemCaseSensitive(msg, "error") != NULL || !has_payload(event_type(ev)) ||
       !cJSON_IsString(empty) || empty->valuestring[0] != '\0') {
     cJSON_Delete(msg);
     lua_settop(L, bytes - 1);   /* whatever parse pushed, and the bytes */

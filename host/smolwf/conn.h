@@ -45,7 +45,8 @@
 **                               is decoded: the path is the same with it
 **   conn:close_stdin(), conn:kill(sig), conn:pid(), conn:pending_count()
 **
-** Output events come with their payload decoded: `data` holds the bytes
+** Output events (and the archive extension's `chunk` events) come with
+** their payload decoded: `data` holds the bytes
 ** (data_base64 is made from them only when read); an event whose
 ** data_base64 is not valid base64 keeps it as it came, for the client to
 ** reject.

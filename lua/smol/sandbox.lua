@@ -16,6 +16,9 @@ smol.sandbox: sandbox sessions served by provider programs.
   sb:connection()               the provider connection (pid, program, alive())
   sb:is_closed()
   sb:fork()                     a snapshot of the session as a new one ("fork")
+  sb:write_archive / read_archive / archive_writer, sandbox.copy
+                                tar archives in and out (sessions announcing
+                                "archive"; see smol.archive)
   sb:close()                    (also __close and __gc)
   sandbox.host{cwd = "."}       a session on this machine (smol.host_provider)
 
@@ -764,6 +767,8 @@ end
 function Session:__tostring()
   return ("sandbox session %s (%s)%s"):format(self.id, self.program, self._closed and " closed" or "")
 end
+
+require("smol.archive").install(Session, sandbox, check_open)
 
 sandbox.Session, sandbox.Process = Session, Process
 return sandbox

@@ -46,6 +46,7 @@ local GROUP_MODULES = {
   "smol.provider.conformance.checks_lifecycle",
   "smol.provider.conformance.checks_badlines",
   "smol.provider.conformance.checks_extensions",
+  "smol.provider.conformance.checks_archive",
 }
 
 function conformance.groups()

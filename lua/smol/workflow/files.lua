@@ -3,6 +3,7 @@
 local lfs = require "lfs"
 local fs = require "smol.fs"
 local core = require "smol.core"
+local task = require "smol.task"
 local errors = require "smol.errors"
 
 local M = {}
@@ -137,6 +138,52 @@ function copy_entry(session, src, dest, state)
   end
 end
 
+--[[
+Where the session announces `archive` (and the bundled provider is at
+hand to extract on this side): one read_archive of src, links inside the
+sandbox followed as above, into a tar next to the staging path, extracted
+there by `smolwf-provider unpack` with the provider's own rules (nothing
+outside the staging path, no device files, no setuid bits). Returns the
+path of what was extracted, or nil when this way is not available.
+]]
+local function unpack_into(dir, tar)
+  local done, out = task.event(), {}
+  local exe = core.bundled_provider()
+  local proc = assert(core.spawn{file = exe, args = {exe, "unpack", dir, tar}, stdout = "lines",
+    on_stdout = function(line) if line then out[#out + 1] = line end end,
+    on_exit = function(code) done:set(code) end})
+  local code = done:wait()
+  proc:close()
+  local ok, reply = pcall(require("cjson").decode, out[1] or "")
+  if code == 0 then return end
+  local e = ok and type(reply) == "table" and reply.error or {}
+  errors.raise{code = type(e.code) == "string" and e.code or "io_error", op = "unpack", path = dir,
+    message = ("cannot extract the artifact: %s"):format(tostring(e.message or out[1]))}
+end
+
+local function copy_out_archive(session, src, staging)
+  if not (session.capabilities and session.capabilities.archive and session.read_archive and core.bundled_provider()) then
+    return nil
+  end
+  local dir, base = src:gsub("/+$", ""):match("^(.*)/([^/]+)$")
+  if not dir then dir, base = ".", src:gsub("/+$", "") end
+  if dir == "" then dir = "/" end
+  local whole = base == "." or base == ""
+  fs.mkdir_p(staging)
+  local tar = staging .. ".tar"
+  local ok, err = pcall(session.read_archive, session, whole and {"."} or {base},
+    {cwd = whole and src or dir, follow_links = true, to = tar})
+  if ok then ok, err = pcall(unpack_into, staging, tar) end
+  os.remove(tar)
+  if ok then return whole and staging or staging .. "/" .. base end
+  local link = errors.is(err) and tostring(err.message):match("^read_archive: symlink `(.-)` points outside")
+  if link then
+    errors.raise{code = err.code, message = ("symlink `%s` points outside the sandbox or to nothing (%s); it cannot be saved")
+      :format(link, err.code)}
+  end
+  error(err, 0)
+end
+
 -- Copies a file or a directory tree from the session to the host path
 -- `dest`, all or nothing: into a hidden staging path first, renamed into
 -- place once complete; on failure nothing is left (no partial tree, no
@@ -148,13 +195,19 @@ function M.copy_out(session, src, dest)
   fs.remove_tree(staging)
   local state = { depth = 0, modes = {} }
   local ok, err = pcall(function()
-    copy_entry(session, src, staging, state)
-    apply_modes(state.modes)
+    local saved = copy_out_archive(session, src, staging)
+    if not saved then
+      copy_entry(session, src, staging, state)
+      apply_modes(state.modes)
+    end
     fs.remove_tree(dest)
-    local moved, why = os.rename(staging, dest)
+    local moved, why = os.rename(saved or staging, dest)
     if not moved then errors.raise{code = "io_error", message = ("cannot move the artifact into '%s': %s"):format(dest, tostring(why))} end
   end)
-  if ok then return dest end
+  if ok then
+    pcall(fs.remove_tree, staging)   -- what held an archive's extraction, when it went that way
+    return dest
+  end
   -- Best effort: the copy's own error is the one to report.
   pcall(fs.remove_tree, staging)
   for i = #made, 1, -1 do lfs.rmdir(made[i]) end  -- only empty ones go
