@@ -19,11 +19,11 @@ end
 describe("smolwf run", function()
   after_each(h.cleanup)
 
-  it("parses options up to FILE and leaves the rest to the script", function()
+  it("takes options anywhere before `--` and gives the script the rest", function()
     local cli = require "smol.cli.run"
-    local o = cli.parse { "--jobs", "3", "--step=b", "--step", "c", "--param", "k=v=w",
+    local o = cli.parse { "--jobs", "3", "--step=b", "wf.lua", "a", "--step", "c", "--param", "k=v=w",
       "--keep-going", "--json", "--no-progress", "--report-dir=out", "--path", "lib",
-      "--list", "--dry-run", "wf.lua", "--jobs", "x" }
+      "--list", "--dry-run", "b", "--", "--jobs", "x" }
     assert.are.equal(3, o.jobs)
     assert.are.same({ "b", "c" }, o.steps)
     assert.are.same({ k = "v=w" }, o.params)
@@ -31,13 +31,34 @@ describe("smolwf run", function()
     assert.are.equal("out", o.report_dir)
     assert.is_true(o.keep_going and o.json and o.no_progress and o.list and o.dry_run)
     assert.are.equal("wf.lua", o.file)
-    assert.are.same({ "--jobs", "x" }, o.script_args)
+    assert.are.same({ "a", "b", "--jobs", "x" }, o.script_args)
     assert.are.equal("-opt", cli.parse({ "--", "-opt" }).file)
     local ok, err = pcall(cli.parse, { "--param", "novalue", "f" })
     assert.is_false(ok)
     assert.matches("%-%-param needs KEY=VALUE, got 'novalue'", tostring(err))
-    ok, err = pcall(cli.parse, { "--step" })
+    ok, err = pcall(cli.parse, { "f", "--step" })
     assert.matches("%-%-step needs a value", tostring(err))
+    assert.are.equal("mermaid", cli.parse({ "--graph", "mermaid", "f" }).graph)
+    assert.are.same({ "dot", "f" }, { cli.parse({ "--graph", "f" }).graph, cli.parse({ "--graph", "f" }).file })
+  end)
+
+  it("applies options given after FILE to the run (they used to become the script's arg)", function()
+    local args, dir = with_report_dir { FIX .. "fail.lua", "--keep-going", "--jobs", "1" }
+    local r = run_cli(args)
+    assert.are.equal(1, r.code, r.stderr)
+    local report = require("cjson").decode(h.read(dir .. "/report.json"))
+    assert.are.equal(1, report.jobs)
+    assert.matches("fail failure in .* 1 failed, 1 skipped", r.stdout)
+  end)
+
+  it("suggests the option meant for a misspelled one", function()
+    local r = run_cli { "run", FIX .. "ok.lua", "--keepgoing" }
+    assert.are.equal(2, r.code)
+    assert.are.equal("smolwf run: unknown option '--keepgoing' (did you mean '--keep-going'?)\n", r.stderr)
+    r = run_cli { "run", "--job=2", FIX .. "ok.lua" }
+    assert.matches("unknown option '%-%-job=2' %(did you mean '%-%-jobs'%?%)", r.stderr)
+    r = run_cli { "run", FIX .. "ok.lua", "-x" }
+    assert.matches("unknown option '%-x' %(.*options for the script go after `%-%-`%)", r.stderr)
   end)
 
   it("prints its usage with --help", function()
@@ -149,6 +170,23 @@ describe("smolwf run", function()
     assert.matches("undefined global 'job_count'", r.stderr)
     assert.matches("undefined_global.lua:3", r.stderr)
     assert.is_nil(r.stderr:find("smol/", 1, true), "the engine's frames are noise here: " .. r.stderr)
+  end)
+
+  it("keeps an error's message when it names a path with /smol/ in it", function()
+    local dir = h.temp_dir()
+    local fs = require "smol.fs"
+    fs.mkdir_p(dir .. "/smol")
+    fs.write_file(dir .. "/smol/wf.lua", "local t = nil\nreturn t.field\n")
+    local r = run_cli { "run", dir .. "/smol/wf.lua" }
+    assert.are.equal(1, r.code)
+    assert.matches("^smolwf run: " .. (dir .. "/smol/wf.lua:2: attempt to index a nil value"):gsub("%p", "%%%0"), r.stderr)
+    assert.matches("\n\t" .. (dir .. "/smol/wf.lua:2: in main chunk"):gsub("%p", "%%%0"), r.stderr)
+    fs.write_file(dir .. "/plain.lua", 'local sb <close> = require("smol.sandbox").open{profile = "local/default"}\n'
+      .. 'sb:exec{"echo", 5}\n')
+    r = run_cli { "run", dir .. "/plain.lua" }
+    assert.are.equal(1, r.code)
+    assert.matches("sandbox: exec: argv%[2%] must be a string\nstack traceback:\n", r.stderr)
+    assert.is_nil(r.stderr:find("lua/smol/", (r.stderr:find("traceback", 1, true)), true), r.stderr)
   end)
 
   it("lists the steps as a tree, and prints a dry run in order", function()

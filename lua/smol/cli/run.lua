@@ -2,39 +2,13 @@
 -- just runs FILE when it is a plain script that returns no workflow.
 local wf = require "smol.workflow"
 local env = require "smol.workflow.env"
+local options = require "smol.workflow.options"
 
 local M = {}
 
-M.USAGE = [[
-usage: smolwf run [OPTIONS] FILE [ARGS...]
-
-Runs the workflow that the Lua file FILE returns (wf.define{...}); a plain
-script that returns nothing just runs. ARGS are the script's `arg` / `...`.
-
-options:
-  --jobs N          run at most N steps at once (overrides the workflow's jobs)
-  --step NAME       run only NAME and the steps it needs (repeatable)
-  --list            print the steps and their dependencies as a tree
-  --dry-run         print what would run, in order, and run nothing
-  --param K=V       set ctx.params.K (repeatable)
-  --keep-going      a failed step does not cancel the independent ones
-  --report-dir DIR  where logs, artifacts and reports go
-                    (default .smolwf/runs/<timestamp>)
-  --json            one JSON event per line on stdout, no live view
-  --no-progress     no live view or step lines (the summary still prints)
-  --path DIR        also look for Lua modules in DIR (repeatable)
-  --record FILE     record every line exchanged with providers (JSON Lines)
-  --replay FILE     answer every provider request from a recording
-  --help            this text
-
-exit status: 0 every required step succeeded, 1 a step failed,
-2 invalid workflow or usage, 130 interrupted (Ctrl-C).
-]]
-
-local Usage = { __tostring = function(e) return e.message end }
-local function usage_error(fmt, ...)
-  error(setmetatable({ code = "usage", message = fmt:format(...) }, Usage), 0)
-end
+M.USAGE = options.USAGE
+M.parse = options.parse
+local usage_error = options.usage_error
 
 -- Errors before or around the run that are the user's setup, not a bug:
 -- one line, exit 2, no traceback.
@@ -42,50 +16,9 @@ local function is_setup_error(err)
   return type(err) == "table" and (err.code == "usage" or err.code == "setup" or wf.is_invalid(err))
 end
 
+local Usage = { __tostring = function(e) return e.message end }
 local function setup_error(fmt, ...)
   error(setmetatable({ code = "setup", message = fmt:format(...) }, Usage), 0)
-end
-
-local FLAGS = { ["--list"] = "list", ["--dry-run"] = "dry_run", ["--keep-going"] = "keep_going",
-  ["--json"] = "json", ["--no-progress"] = "no_progress", ["--help"] = "help", ["-h"] = "help" }
-local VALUED = { ["--jobs"] = true, ["--step"] = true, ["--param"] = true,
-  ["--report-dir"] = true, ["--path"] = true, ["--record"] = true, ["--replay"] = true }
-
-local function add_valued(opts, name, value)
-  if name == "--jobs" then
-    local n = math.tointeger(tonumber(value))
-    if not n or n < 1 then usage_error("--jobs needs a positive integer, got '%s'", value) end
-    opts.jobs = n
-  elseif name == "--step" then opts.steps[#opts.steps + 1] = value
-  elseif name == "--param" then
-    local k, v = value:match("^([^=]+)=(.*)$")
-    if not k then usage_error("--param needs KEY=VALUE, got '%s'", value) end
-    opts.params[k] = v
-  elseif name == "--path" then opts.paths[#opts.paths + 1] = value
-  else opts[name:sub(3):gsub("-", "_")] = value end
-end
-
--- Options come before FILE; everything after FILE belongs to the script.
-function M.parse(args)
-  local opts = { steps = {}, params = {}, paths = {}, script_args = {} }
-  local i = 1
-  while i <= #args do
-    local a = args[i]
-    local name, inline = a:match("^(%-%-[%w-]+)=(.*)$")
-    name = name or a
-    if FLAGS[a] then opts[FLAGS[a]] = true
-    elseif VALUED[name] then
-      local value = inline
-      if not value then i = i + 1; value = args[i] end
-      if value == nil then usage_error("%s needs a value", name) end
-      add_valued(opts, name, value)
-    elseif a == "--" then opts.file = args[i + 1]; i = i + 1; break
-    elseif a:sub(1, 1) == "-" and a ~= "-" then usage_error("unknown option '%s'", a)
-    else opts.file = a; break end
-    i = i + 1
-  end
-  table.move(args, i + 1, #args, 1, opts.script_args)
-  return opts
 end
 
 local function add_paths(paths)
@@ -96,9 +29,13 @@ end
 
 -- The traceback of an error raised `level` frames up, cut where our
 -- xpcall ran the code (the frames below say nothing); `keep(line)` filters.
+-- The message itself is never filtered: only the frames below
+-- "stack traceback:" (a message may well name a path with /smol/ in it).
 local function trimmed_traceback(err, level, keep)
-  local lines = {}
-  for line in debug.traceback(tostring(err), level + 1):gmatch("[^\n]+") do
+  local message = tostring(err)
+  local lines = { message, "stack traceback:" }
+  local frames = debug.traceback("", level + 1):match("stack traceback:\n(.*)$") or ""
+  for line in frames:gmatch("[^\n]+") do
     if line:find("in function 'xpcall'", 1, true) or line:find("smol/cli/run.lua", 1, true) then break end
     if keep(line) then lines[#lines + 1] = line end
   end
@@ -114,11 +51,19 @@ end
 
 -- For errors in the user's file: only the user's frames (not the strict
 -- environment's __index or error() itself).
+-- The engine's own Lua files: this file is ENGINE/cli/run.lua.
+local ENGINE_DIR = debug.getinfo(1, "S").source:match("^@(.*/)cli/[^/]*$")
+
+local function engine_frame(line)
+  if line:find("[C]: in function 'error'", 1, true) or line:find("[C]: in function 'smol.", 1, true) then
+    return true
+  end
+  return ENGINE_DIR ~= nil and line:find(ENGINE_DIR, 1, true) ~= nil
+end
+
 local function user_traceback_handler(err)
   if type(err) == "table" then return err end
-  local tb = trimmed_traceback(err, 2, function(line)
-    return not (line:find("/smol/", 1, true) or line:find("[C]: in function 'error'", 1, true))
-  end)
+  local tb = trimmed_traceback(err, 2, function(line) return not engine_frame(line) end)
   return tb  -- not a tail call (see above)
 end
 

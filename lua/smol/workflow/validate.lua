@@ -47,16 +47,23 @@ local function sorted_keys(t)
   return keys
 end
 
--- "did you mean 'needs'?" when a known field is close, else the list of fields.
-local function unknown_field_hint(field, known)
+-- The candidate closest to `word` when it is close enough to be what was
+-- meant (a typo: at most 2 edits, or a third of the word), else nil.
+function M.closest(word, candidates)
+  local sorted = table.move(candidates, 1, #candidates, 1, {})
+  table.sort(sorted)
   local best, best_d = nil, math.huge
-  for _, name in ipairs(sorted_keys(known)) do
-    local d = distance(field, name)
+  for _, name in ipairs(sorted) do
+    local d = distance(word, name)
     if d < best_d then best, best_d = name, d end
   end
-  if best and best_d <= math.max(2, #field // 3) then
-    return ("did you mean '%s'?"):format(best)
-  end
+  if best and best_d <= math.max(2, #word // 3) then return best end
+end
+
+-- "did you mean 'needs'?" when a known field is close, else the list of fields.
+local function unknown_field_hint(field, known)
+  local best = M.closest(field, sorted_keys(known))
+  if best then return ("did you mean '%s'?"):format(best) end
   return "known fields: " .. table.concat(sorted_keys(known), ", ")
 end
 
