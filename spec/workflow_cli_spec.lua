@@ -189,6 +189,22 @@ describe("smolwf run", function()
     assert.is_nil(r.stderr:find("lua/smol/", (r.stderr:find("traceback", 1, true)), true), r.stderr)
   end)
 
+  it("shows a table error's fields, and an os.exit in a step as what it was", function()
+    local args, dir = with_report_dir { FIX .. "table_error.lua" }
+    local r = run_cli(args)
+    assert.are.equal(3, r.code, r.stderr)
+    assert.matches("raises +failed .- error {code = 7, why = \"on purpose\"}", r.stdout)
+    assert.is_nil(r.stdout:find("table: 0x", 1, true), r.stdout)
+    local report = require("cjson").decode(h.read(dir .. "/report.json"))
+    local by_id = {}
+    for _, inst in ipairs(report.instances) do by_id[inst.id] = inst end
+    assert.are.equal("failed", by_id.exits.status)
+    assert.are.equal("called os.exit(3), which ends the whole run", by_id.exits.error)
+    assert.are.equal("cancelled", by_id.after.status)
+    assert.are.equal("step 'exits' called os.exit(3)", by_id.after.error)
+    assert.are.equal("failure", report.result)
+  end)
+
   it("lists the steps as a tree, and prints a dry run in order", function()
     local r = run_cli { "run", "--list", FIX .. "ok.lua" }
     assert.are.equal(0, r.code)

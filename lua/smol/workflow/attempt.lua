@@ -6,6 +6,7 @@ local core = require "smol.core"
 local context = require "smol.workflow.context"
 local files = require "smol.workflow.files"
 local observe = require "smol.workflow.observe"
+local text = require "smol.workflow.text"
 
 local M = {}
 
@@ -135,7 +136,7 @@ end
 local function failure_info(status, err, inst, n)
   return {
     status = status, attempt = n, error = err,
-    message = status == "timed_out" and ("timed out after %gs"):format(inst.timeout) or tostring(err),
+    message = status == "timed_out" and ("timed out after %gs"):format(inst.timeout) or text.message(err),
     exit_code = failure_exit_code(err, inst), timed_out = status == "timed_out",
     stderr = type(err) == "table" and err.stderr or nil,
   }
@@ -144,6 +145,13 @@ end
 -- The message is the reason alone: the status is recorded beside it.
 local function cancelled(p)
   return { status = "cancelled", message = p.cancel_reason }
+end
+
+-- The instance whose current attempt runs in task `t`, if any.
+function M.instance_of_task(S, t)
+  for inst, p in pairs(S.private) do
+    if p.task == t then return inst end
+  end
 end
 
 -- An attempt whose task never ended (the run was interrupted) is closed as

@@ -16,10 +16,31 @@ local STRICT_MT = {
   end,
 }
 
+-- The last os.exit called from workflow code: {status, task} (the task it
+-- was called in, nil outside one), so that the run it ends can say so.
+local exit_request
+
+-- os for workflow code: the same functions, but os.exit is noted first.
+local function workflow_os()
+  local os_table = {}
+  for k, v in pairs(os) do os_table[k] = v end
+  local real_exit = os.exit
+  os_table.exit = function(status, close)
+    exit_request = { status = status == nil and 0 or status, task = require("smol.task").current() }
+    return real_exit(status, close)
+  end
+  return os_table
+end
+
+function M.exit_request()
+  return exit_request
+end
+
 -- `extra` adds globals (e.g. arg).
 function M.new(extra)
   local env = {}
   for _, name in ipairs(ALLOWED) do env[name] = _G[name] end
+  env.os = workflow_os()
   for k, v in pairs(extra or {}) do env[k] = v end
   env._G = env
   return setmetatable(env, STRICT_MT)

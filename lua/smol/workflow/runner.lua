@@ -168,15 +168,29 @@ local active = {}
 -- did not finish is cancelled, the run ends "cancelled", observers hear of
 -- it and S.on_abort (the report writers) runs. Later activity of the run's
 -- tasks, woken while sessions close, is ignored (S.finalized).
+-- How the run was cut short: by os.exit in a step (that step failed, the
+-- others were cancelled because of it) or else by an interrupt.
+local function abort_cause(S)
+  local request = require("smol.workflow.env").exit_request()
+  if not request then return nil, INTERRUPTED end
+  local culprit = request.task and attempt_mod.instance_of_task(S, request.task)
+  local call = ("os.exit(%s)"):format(tostring(request.status))
+  if not culprit then return nil, call .. " ended the run" end
+  return culprit, ("step '%s' called %s"):format(culprit.id, call),
+    ("called %s, which ends the whole run"):format(call)
+end
+
 local function finalize(S)
   S.finalized, S.finalizing = true, true
+  local culprit, reason, own = abort_cause(S)
   for _, inst in ipairs(S.run.instances) do
     if not FINISHED[inst.status] then
-      attempt_mod.close_open_attempt(inst, "cancelled", INTERRUPTED)
-      finish(S, inst, "cancelled", INTERRUPTED)
+      local status, why = inst == culprit and "failed" or "cancelled", inst == culprit and own or reason
+      attempt_mod.close_open_attempt(inst, status, why)
+      finish(S, inst, status, why)
     end
   end
-  S.run.ended_at, S.run.result = core.time(), "cancelled"
+  S.run.ended_at, S.run.result = core.time(), culprit and "failure" or "cancelled"
   notify(S, "run_finished")
   S.finalizing = false
   if S.on_abort then S.on_abort(S.run) end

@@ -189,10 +189,57 @@ function M.last_lines(s, n)
   return table.concat(lines, "\n", math.max(1, #lines - n + 1), #lines)
 end
 
---- The message of an error value: tables use __tostring (smol.errors), strings stay.
+local function sorted_keys(t)
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  table.sort(keys, function(a, b)
+    if type(a) == type(b) and (type(a) == "number" or type(a) == "string") then return a < b end
+    return type(a) < type(b)
+  end)
+  return keys
+end
+
+local function is_sequence(t)
+  local n = 0
+  for _ in pairs(t) do n = n + 1 end
+  return n == #t
+end
+
+local SHOW_DEFAULTS = {entries = 4, depth = 2, string = 40}
+
+--- A short rendering of a value for messages ("0", '"x"', "{shard = 3}"):
+--- at most limits.entries entries per table, limits.depth levels, strings
+--- cut at limits.string bytes (defaults 4, 2, 40).
+function M.show(v, limits, depth)
+  limits, depth = limits or SHOW_DEFAULTS, depth or 0
+  if type(v) == "string" then
+    local max = limits.string
+    return ("%q"):format(#v > max and (v:sub(1, max - 3) .. "...") or v)
+  end
+  if type(v) ~= "table" then
+    return (type(v) == "number" or type(v) == "boolean" or v == nil) and tostring(v) or type(v)
+  end
+  if next(v) == nil then return "{}" end
+  if depth >= limits.depth then return "{...}" end
+  local parts, list = {}, is_sequence(v)
+  for i, k in ipairs(sorted_keys(v)) do
+    if i > limits.entries then parts[#parts + 1] = "..."; break end
+    local item = M.show(v[k], limits, depth + 1)
+    parts[#parts + 1] = list and item or (("%s = %s"):format(tostring(k), item))
+  end
+  return "{" .. table.concat(parts, ", ") .. "}"
+end
+
+local ERROR_LIMITS = {entries = 12, depth = 3, string = 400}
+
+--- The message of an error value: strings stay, tables use __tostring
+--- (smol.errors) or else show their fields ("error {code = 7}"), so an
+--- `error({code = 7})` never reads "table: 0x55e5...".
 function M.message(err)
   if err == nil then return nil end
-  return tostring(err)
+  local mt = getmetatable(err)
+  if type(err) ~= "table" or (mt and mt.__tostring) then return tostring(err) end
+  return "error " .. M.show(err, ERROR_LIMITS)
 end
 
 --- msg without a leading "<status>:" the engine may have put there

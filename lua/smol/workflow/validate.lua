@@ -3,6 +3,8 @@
 -- Every problem found is collected (not just the first) so that a user fixes
 -- a workflow in one go; each message names the step and the field involved.
 -- The result is one error value {code = "invalid_workflow", problems = {...}}.
+local text = require "smol.workflow.text"
+
 local M = {}
 
 local INVALID_MT = {
@@ -131,26 +133,9 @@ local function value_ok(kind, v)
   return type(v) == kind
 end
 
-local SHOW_MAX_ENTRIES, SHOW_MAX_DEPTH = 4, 2
-
 -- A short rendering of a value for messages: the offending value itself
 -- ("0", "'x'", "{shard = 3}"), not just its type.
-local function show(v, depth)
-  depth = depth or 0
-  if type(v) == "string" then return ("%q"):format(#v > 40 and (v:sub(1, 37) .. "...") or v) end
-  if type(v) ~= "table" then
-    return (type(v) == "number" or type(v) == "boolean" or v == nil) and tostring(v) or type(v)
-  end
-  if next(v) == nil then return "{}" end
-  if depth >= SHOW_MAX_DEPTH then return "{...}" end
-  local parts, keys = {}, sorted_keys(v)
-  for i, k in ipairs(keys) do
-    if i > SHOW_MAX_ENTRIES then parts[#parts + 1] = "..."; break end
-    local item = show(v[k], depth + 1)
-    parts[#parts + 1] = is_list(v) and item or (("%s = %s"):format(tostring(k), item))
-  end
-  return "{" .. table.concat(parts, ", ") .. "}"
-end
+local function show(v) return text.show(v) end
 M.show = show
 
 -- Checks every field of table `t` against `schema`; `where` prefixes messages.
