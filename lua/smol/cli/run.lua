@@ -135,11 +135,10 @@ end
 
 local function observers_for(opts)
   local list = {}
-  local no_color = os.getenv("NO_COLOR") ~= nil and os.getenv("NO_COLOR") ~= ""
   if opts.json then
     list[#list + 1] = new_observer("smol.workflow.events", { out = io.stdout })
   elseif not opts.no_progress then
-    list[#list + 1] = new_observer("smol.workflow.progress", { out = io.stdout, no_color = no_color })
+    list[#list + 1] = new_observer("smol.workflow.progress", { out = io.stdout })
   end
   return list
 end

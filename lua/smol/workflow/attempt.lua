@@ -52,6 +52,17 @@ function M.last_line_of(chunk, previous)
   return chunk:sub(start, stop)
 end
 
+-- How much of a command's stderr an instance keeps for the views
+-- (inst.stderr_tail): the last lines of a failed step's stderr show under
+-- it in the live view and the summary; the logs have all of it.
+local STDERR_TAIL_BYTES = 8 * 1024
+
+function M.keep_tail(previous, chunk)
+  local s = previous and previous .. chunk or chunk
+  if #s > STDERR_TAIL_BYTES then s = s:sub(-STDERR_TAIL_BYTES) end
+  return s
+end
+
 -- Listed in inst.artifacts only once completely written (copy_out is all
 -- or nothing and raises on failure).
 local function save_artifact(S, inst, session, path, name)
@@ -83,8 +94,10 @@ local function bridge(S, inst)
     inst.sandbox = inst.sandbox or S.sessions:info(key)
     return session
   end
+  function b.command_started() inst.stderr_tail = nil end
   function b.output(_, stream, chunk)
     inst.last_line = M.last_line_of(chunk, inst.last_line)
+    if stream == "stderr" then inst.stderr_tail = M.keep_tail(inst.stderr_tail, chunk) end
     observe.notify(S, "step_output", inst, stream, chunk)
   end
   function b.log(_, message)

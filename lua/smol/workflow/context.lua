@@ -8,6 +8,7 @@
 --   bridge:log(message)           ctx.log
 --   bridge:artifact(path, name)   copies out of the session, returns the report path
 --   bridge:exit_code(code)        the last command's exit code
+--   bridge:command_started()      a command starts (its stderr tail starts afresh)
 local M = {}
 
 local STDERR_TAIL_LINES = 10
@@ -96,6 +97,7 @@ end
 
 -- exec for ctx:exec and ctx:sh, called directly by them (see `level`).
 local function run_exec(self, opts)
+  self._bridge:command_started()
   local r = session_call(4, self:session(), "exec", with_output_hooks(opts, self._bridge))
   self._bridge:exit_code(r.exit_code)
   return r
@@ -111,6 +113,7 @@ end
 function Ctx:spawn(opts)
   check_self(self, "spawn")
   if type(opts) ~= "table" then error("bad argument #1 to 'spawn' (table expected, got " .. type(opts) .. ")", 2) end
+  self._bridge:command_started()
   local p = session_call(3, self:session(), "spawn", with_output_hooks(opts, self._bridge))
   self._processes[#self._processes + 1] = p
   return p

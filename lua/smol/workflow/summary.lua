@@ -22,6 +22,8 @@ local MAX_NOTE_LINES = 3
 -- Ids are never cut below this many characters to make the table fit.
 local MIN_STEP = 8
 local SEP = "  "
+-- Lines of a failed step's stderr shown below its row.
+M.STDERR_LINES = 8
 
 local function note_of(inst, opts)
   if inst.error == nil then return "" end
@@ -35,7 +37,7 @@ local function row_of(inst, opts)
     text.mark(inst.status), text.terminal_line(tostring(inst.id)), text.word(inst.status),
     text.ran(inst) and text.duration(inst.duration) or "-", tostring(inst.attempts and #inst.attempts or 0),
     inst.exit_code and tostring(inst.exit_code) or "-", note_of(inst, opts),
-    status = inst.status,
+    status = inst.status, tail = text.stderr_tail(inst, M.STDERR_LINES),
   }
 end
 
@@ -120,6 +122,11 @@ local function format_row(row, layout, opts)
     lines[i] = (l:gsub("%s+$", ""))
   end
   lines[1] = paint_mark(lines[1], row, opts)
+  for _, tail_line in ipairs(row.tail or {}) do
+    local l = "   │ " .. tail_line
+    if opts.width then l = text.truncate(l, opts.width) end
+    lines[#lines + 1] = text.paint(l, "2", opts.color)
+  end
   return table.concat(lines, "\n")
 end
 

@@ -232,6 +232,18 @@ end
 
 local ERROR_LIMITS = {entries = 12, depth = 3, string = 400}
 
+--- The last `n` non-blank lines of a failed instance's stderr
+--- (inst.stderr_tail), each made safe for a terminal; {} when it has none
+--- or did not fail.
+function M.stderr_tail(inst, n)
+  if not (inst.status == "failed" or inst.status == "timed_out") or not inst.stderr_tail then return {} end
+  local lines = {}
+  for line in inst.stderr_tail:gmatch("[^\r\n]+") do
+    if line:find("%S") then lines[#lines + 1] = M.terminal_line(line) end
+  end
+  return table.move(lines, math.max(1, #lines - n + 1), #lines, 1, {})
+end
+
 --- The message of an error value: strings stay, tables use __tostring
 --- (smol.errors) or else show their fields ("error {code = 7}"), so an
 --- `error({code = 7})` never reads "table: 0x55e5...".

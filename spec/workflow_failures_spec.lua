@@ -1,0 +1,58 @@
+-- How a failed step is shown: the last lines of its stderr under it in the
+-- live view and the summary, errors that are tables, replay mismatches.
+-- Steps run real commands in a local session.
+local wf = require "smol.workflow"
+local progress = require "smol.workflow.progress"
+local summary = require "smol.workflow.summary"
+local h = require "spec.workflow_helpers"
+
+local fixtures = (debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "fixtures/"
+local helpers = dofile(fixtures .. "report_helpers.lua")
+
+local LOCAL = { profile = "local/default" }
+
+local function run(def, opts)
+  opts = opts or {}
+  opts.report_dir = opts.report_dir or h.temp_dir()
+  if opts.reports == nil then opts.reports = false end
+  return wf.run(wf.define(def), opts)
+end
+
+local COMPILE = [[
+echo "gcc -c main.c"
+echo "main.c: In function 'main':" >&2
+echo "main.c:12:5: error: expected ';' before '}' token" >&2
+exit 1
+]]
+
+describe("a failed step's stderr", function()
+  after_each(h.cleanup)
+
+  it("shows its last lines under it in the live view and the summary", function()
+    local out = helpers.sink()
+    local live = progress.new { out = out, live = true, color = false, width = 100, interval = 0.01 }
+    local r = run({ name = "cc", sandbox = LOCAL, steps = {
+      { name = "warn", run = function(ctx) ctx:sh("echo 'a harmless warning' >&2") end },
+      { name = "build", needs = "warn", run = function(ctx) ctx:sh(COMPILE) end },
+    } }, { observers = { live } })
+    assert.are.equal("failure", r.result)
+    local screen = out:text()
+    assert.matches("✗  build  [^\n]*failed %(exit 1%)[^\n]*\n   │ main.c: In function 'main':\n"
+      .. "   │ main.c:12:5: error: expected ';' before '}' token\n", screen)
+    assert.is_nil(screen:find("   │ a harmless warning", 1, true), "a succeeded step shows no stderr")
+    local table_text = summary.render(r, { color = false, width = 100 })
+    assert.matches("\n✗  build [^\n]*\n   │ main.c: In function 'main':\n   │ main.c:12:5: error: expected ';'",
+      table_text)
+  end)
+
+  it("keeps only the last command's stderr, and only the last lines", function()
+    local r = run({ sandbox = LOCAL, steps = {
+      { name = "s", run = function(ctx)
+        ctx:sh("echo first-command >&2")
+        ctx:sh("for i in $(seq 1 30); do echo line-$i >&2; done; exit 3")
+      end },
+    } })
+    local lines = require("smol.workflow.text").stderr_tail(h.find(r, "s"), 8)
+    assert.are.same({ "line-23", "line-24", "line-25", "line-26", "line-27", "line-28", "line-29", "line-30" }, lines)
+  end)
+end)
