@@ -218,7 +218,7 @@ function wf.run(def, opts)
   local run, defs = new_run(def, opts)
   local S = runner.new_state(run, { observers = report_observers(opts, run),
     keep_going = opts.keep_going, warn = opts.warn })
-  S.defs, S.sandbox = defs, def.sandbox or {}
+  S.defs, S.sandbox, S.base_env = defs, def.sandbox or {}, def.env or {}
   S.sessions = sessions.new(opts.open or require("smol.sandbox").open)
   S.sessions.on_open = function(_, key, info)
     runner.ensure_exit_hook("session")

@@ -125,10 +125,20 @@ local function inputs_of(S, inst)
   return inputs
 end
 
+-- The environment of every command of the step: the run's (secrets, the
+-- workflow's env), then the step's own env, which wins.
+function M.step_env(S, inst)
+  local env = {}
+  for k, v in pairs(S.base_env or {}) do env[k] = v end
+  for k, v in pairs(S.defs[inst.id].env or {}) do env[k] = v end
+  return env
+end
+
 local function new_context(S, inst, n)
   return context.new(bridge(S, inst), {
-    inputs = inputs_of(S, inst), matrix = inst.matrix, params = S.run.params,
-    step = inst.step, id = inst.id, attempt = n, report_dir = S.run.report_dir,
+    inputs = inputs_of(S, inst), matrix = inst.matrix, params = S.params or S.run.params,
+    env = M.step_env(S, inst), step = inst.step, id = inst.id, attempt = n,
+    report_dir = S.run.report_dir,
   })
 end
 
@@ -181,6 +191,8 @@ local function classify(p, ok, value, inst, n)
     return cancelled(p)
   elseif p.timed_out then
     return failure_info("timed_out", value, inst, n)
+  elseif not ok and context.is_skip(value) then
+    return { status = "skipped", message = value.message }
   elseif not ok then
     return failure_info("failed", value, inst, n)
   end
@@ -279,9 +291,29 @@ local function retry_note(outcome)
   return (outcome.message:match("^[^\n]*"))
 end
 
+-- Evaluates the step's `when` (or `if`) in its own task (it may run
+-- commands; a cancel reaches it): nil when the step is to run, else the
+-- outcome (skipped with the reason, or failed when it raised).
+local function condition_outcome(S, inst)
+  local def = S.defs[inst.id]
+  local cond, name = def.when or def["if"], def.when and "when" or "if"
+  if not cond or private(S, inst).cancel_reason then return nil end
+  local p, ctx = private(S, inst), new_context(S, inst, 0)
+  local t = task.spawn(cond, ctx)
+  p.task = t
+  local ok, verdict, reason = pcall(t.join, t)
+  p.task = nil
+  context.finish(ctx)
+  if p.cancel_reason then return cancelled(p) end
+  if not ok and context.is_skip(verdict) then return { status = "skipped", message = verdict.message } end
+  if not ok then return { status = "failed", message = ("`%s` raised: %s"):format(name, text.message(verdict)) } end
+  if verdict then return nil end
+  return { status = "skipped", message = type(reason) == "string" and reason or ("`%s` returned %s"):format(name, tostring(verdict)) }
+end
+
 function M.run_instance(S, inst)
   local p, retry = private(S, inst), S.defs[inst.id].retry or {}
-  local outcome, n = p.cancel_reason and cancelled(p), 0
+  local outcome, n = p.cancel_reason and cancelled(p) or condition_outcome(S, inst), 0
   while not outcome do
     n = n + 1
     outcome = run_attempt(S, inst, n)
@@ -293,6 +325,7 @@ function M.run_instance(S, inst)
     end
   end
   S.outputs[inst.id] = outcome.value
+  if outcome.status == "skipped" then inst.skipped_by_condition = true end
   if outcome.status ~= "success" then inst.exit_code = outcome.exit_code or inst.exit_code end
   observe.finish(S, inst, outcome.status, outcome.message)
 end

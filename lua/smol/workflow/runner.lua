@@ -35,6 +35,20 @@ local function skip_reason(S, inst, counting)
   end
 end
 
+-- A skip the workflow asked for (a `when` that is false, ctx:skip), and
+-- what only such skips kept from running, do not fail the run.
+local function benign_skip(S, inst)
+  local any = false
+  for _, id in ipairs(inst.needs) do
+    local need = S.by_id[id]
+    if FINISHED[need.status] and not need_ok(need) then
+      if not (need.status == "skipped" and need.skipped_by_condition) then return false end
+      any = true
+    end
+  end
+  return any
+end
+
 local ANY_END = FINISHED
 local FAILED_OR_SKIPPED = { failed = true, timed_out = true, skipped = true }
 
@@ -67,6 +81,7 @@ local function decide(S, inst)
     verdict, why = readiness(S, inst)
   end
   if verdict == "skip" then
+    inst.skipped_by_condition = benign_skip(S, inst) or nil
     finish(S, inst, "skipped", why)
   elseif verdict == "cancel" then
     finish(S, inst, "cancelled", S.stop_reason)
@@ -154,7 +169,8 @@ end
 local function result_of(S)
   for _, inst in ipairs(S.run.instances) do
     if FAILED[inst.status] and not inst.continue_on_error then return "failure" end
-    if inst.status == "cancelled" or inst.status == "skipped" then return "failure" end
+    if inst.status == "cancelled" then return "failure" end
+    if inst.status == "skipped" and not inst.skipped_by_condition then return "failure" end
   end
   return "success"
 end

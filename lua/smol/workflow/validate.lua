@@ -13,13 +13,17 @@ local INVALID_MT = {
 
 local WORKFLOW_FIELDS = {
   name = "string", description = "string", sandbox = "sandbox",
-  jobs = "count", steps = "steps", params = "table",
+  jobs = "count", steps = "steps", params = "table", env = "env", secrets = "secrets",
 }
 local STEP_FIELDS = {
   name = "name", run = "function", needs = "needs", timeout = "positive",
   matrix = "matrix", retry = "retry", continue_on_error = "boolean",
   always = "boolean", sandbox = "sandbox", description = "string",
+  env = "env", when = "function", ["if"] = "function", isolate = "boolean",
+  inputs = "globs", outputs = "globs", cache = "boolean",
 }
+-- A secret comes from the host's environment or from a --param.
+local SECRET_FIELDS = { env = "string", param = "string" }
 -- sandbox.open's options (smol.sandbox): a misspelled one would be ignored.
 local SANDBOX_FIELDS = {
   program = "program", profile = "profile", workspace = "string", cwd = "string",
@@ -91,14 +95,68 @@ local KIND_TEXT = {
   retry = "a table {attempts = N, backoff = SECONDS, when = function}",
   name = "a non-empty string without '[' or ']'", steps = "a non-empty list of steps",
   sandbox = "a table of sandbox.open options", profile = "a string or {provider = ..., name = ...}",
+  env = 'a table of environment variables, e.g. {CC = "gcc"}',
+  globs = 'a path pattern or a list of them, e.g. {"src/**.c", "Makefile"}',
+  secrets = 'a table of secrets, e.g. {TOKEN = {env = "TOKEN"}, KEY = {param = "key"}}',
 }
 
+local ENV_NAME = "^[%a_][%w_]*$"
+
+local function env_ok(v)
+  if type(v) ~= "table" then return false end
+  for k, x in pairs(v) do
+    if type(k) ~= "string" or not k:find(ENV_NAME) or type(x) ~= "string" then return false end
+  end
+  return true
+end
+
+local function globs_ok(v)
+  if type(v) == "string" then return v ~= "" end
+  if not is_list(v) then return false end
+  for _, x in ipairs(v) do
+    if type(x) ~= "string" or x == "" then return false end
+  end
+  return true
+end
+
+local function secrets_ok(v)
+  if type(v) ~= "table" then return false end
+  for k, x in pairs(v) do
+    if type(k) ~= "string" or not k:find(ENV_NAME) or type(x) ~= "table" then return false end
+  end
+  return true
+end
+
+-- An include/exclude entry: a non-empty table of matrix values by key.
+local function combination_ok(c)
+  if type(c) ~= "table" or next(c) == nil then return false end
+  for k, x in pairs(c) do
+    if type(k) ~= "string" or not is_scalar(x) then return false end
+  end
+  return true
+end
+
+local function combinations_ok(list)
+  if not is_list(list) or #list == 0 then return false end
+  for _, c in ipairs(list) do
+    if not combination_ok(c) then return false end
+  end
+  return true
+end
+
+-- {key = {values...}, include = {{...}}, exclude = {{...}}}, as GitHub
+-- Actions has it: at least one key, or an include list.
 local function matrix_ok(v)
   if type(v) ~= "table" or next(v) == nil then return false end
   for k, values in pairs(v) do
-    if type(k) ~= "string" or not is_list(values) or #values == 0 then return false end
-    for _, x in ipairs(values) do
-      if not is_scalar(x) then return false end
+    if k == "include" or k == "exclude" then
+      if not combinations_ok(values) then return false end
+    elseif type(k) ~= "string" or not is_list(values) or #values == 0 then
+      return false
+    else
+      for _, x in ipairs(values) do
+        if not is_scalar(x) then return false end
+      end
     end
   end
   return true
@@ -119,7 +177,7 @@ local CHECKS = {
   nonnegative = function(v) return type(v) == "number" and v >= 0 end,
   name = function(v) return type(v) == "string" and v ~= "" and not v:find("[%[%]]") end,
   steps = function(v) return is_list(v) and #v > 0 end,
-  needs = needs_ok, matrix = matrix_ok,
+  needs = needs_ok, matrix = matrix_ok, env = env_ok, globs = globs_ok, secrets = secrets_ok,
   retry = function(v) return type(v) == "table" end,
   sandbox = function(v) return type(v) == "table" end,
   profile = function(v) return type(v) == "string" or type(v) == "table" end,
@@ -155,6 +213,18 @@ local function check_fields(t, schema, where, problems)
 end
 M.check_fields = check_fields
 
+-- Each secret names exactly one source: {env = "VAR"} or {param = "name"}.
+function M.check_secrets(secrets, problems)
+  for _, name in ipairs(sorted_keys(secrets)) do
+    local where = ("workflow secret '%s'"):format(name)
+    local spec = secrets[name]
+    check_fields(spec, SECRET_FIELDS, where, problems)
+    if (spec.env == nil) == (spec.param == nil) then
+      problems[#problems + 1] = where .. ': give one source, {env = "VAR"} or {param = "name"}'
+    end
+  end
+end
+
 local function needs_list(step)
   if type(step.needs) == "string" then return { step.needs } end
   return step.needs or {}
@@ -176,6 +246,9 @@ local function check_step(step, i, problems, seen)
   end
   if type(step.sandbox) == "table" then
     check_fields(step.sandbox, SANDBOX_FIELDS, where .. " sandbox", problems)
+  end
+  if step.when ~= nil and step["if"] ~= nil then
+    problems[#problems + 1] = where .. ": give 'when' or 'if', not both (they are the same)"
   end
   if type(step.name) == "string" then
     if seen[step.name] then
@@ -275,6 +348,7 @@ function M.problems(def)
   if type(def.sandbox) == "table" then
     check_fields(def.sandbox, SANDBOX_FIELDS, "workflow sandbox", problems)
   end
+  if secrets_ok(def.secrets) then M.check_secrets(def.secrets, problems) end
   if def.steps == nil then problems[#problems + 1] = "workflow: missing field 'steps'" end
   if not is_list(def.steps) then return problems end
   local seen = {}
