@@ -68,7 +68,7 @@ local defined = setmetatable({}, { __mode = "k" })
 -- Validates a workflow definition and returns it; raises the
 -- invalid_workflow error (code, message, problems) naming every problem.
 function wf.define(def)
-  validate.check(def)
+  plan.check(validate.check(def))
   defined[def] = true
   return def
 end
@@ -81,13 +81,13 @@ wf.is_invalid = validate.is_invalid
 
 -- The steps and their dependencies as a tree (what `smolwf run --list` prints).
 function wf.tree(def)
-  return plan.tree(validate.check(def))
+  return plan.tree(plan.check(validate.check(def)))
 end
 
 -- The instances a run would have, in the order they can run (matrix expanded,
 -- --step selection applied). Raises invalid_workflow for an unknown step.
 function wf.instances(def, steps)
-  local instances = plan.instances(defined[def] and def or validate.check(def))
+  local instances = plan.instances(defined[def] and def or plan.check(validate.check(def)))
   if steps and #steps > 0 then
     local selected, err = plan.select(instances, steps)
     if not selected then error(validate.new_error(def.name, { err }), 0) end

@@ -84,13 +84,23 @@ local function save_artifact(S, inst, session, path, name)
 end
 
 -- The context's only way to reach the runner (see context.lua).
+-- The session an instance uses: the workflow's shared one, or its own
+-- (the step names a sandbox, or says `isolate = true`: then it is forked
+-- from the shared session where the provider can fork one).
+function M.session_key(S, inst)
+  local def = S.defs[inst.id]
+  if def.sandbox or def.isolate then return "step:" .. inst.id end
+  return "workflow"
+end
+
 local function bridge(S, inst)
   local def = S.defs[inst.id]
-  local key = def.sandbox and ("step:" .. inst.id) or "workflow"
+  local key = M.session_key(S, inst)
   local spec = def.sandbox or S.sandbox
+  local from = def.isolate and not def.sandbox and "workflow" or nil
   local b = {}
   function b.session()
-    local session = S.sessions:get(key, spec)
+    local session = S.sessions:get(key, spec, from)
     inst.sandbox = inst.sandbox or S.sessions:info(key)
     return session
   end
@@ -326,6 +336,11 @@ function M.run_instance(S, inst)
   end
   S.outputs[inst.id] = outcome.value
   if outcome.status == "skipped" then inst.skipped_by_condition = true end
+  local key = M.session_key(S, inst)
+  if key ~= "workflow" then
+    local err = S.sessions:close(key)
+    if err then S.warn(("closing the session of %s failed: %s"):format(inst.id, err)) end
+  end
   if outcome.status ~= "success" then inst.exit_code = outcome.exit_code or inst.exit_code end
   observe.finish(S, inst, outcome.status, outcome.message)
 end
