@@ -137,7 +137,7 @@ local function new_run(def, opts)
   local instances, defs, taken = wf.instances(def, opts.steps), {}, {}
   for _, inst in ipairs(instances) do
     defs[inst.id] = inst.def
-    inst.def = nil  -- the run table is data for writers: no functions in it
+    inst.def = nil  -- the run table is data for writers (inst.value holds what the step returned)
     -- Distinct ids can sanitize to one name ("a/b", "a_b"): keep log names unique.
     local base = "logs/" .. files.safe_name(inst.id)
     while taken[base] do base = base .. "_" end

@@ -177,6 +177,11 @@ local function run_workflow(def, opts)
   local name = def.name or file_label(opts.file)
   if opts.list and opts.json then print_plan_json(def, opts, name); return 0 end
   if opts.list then io.stdout:write(wf.tree(def), "\n"); return 0 end
+  if opts.graph then
+    local graph = require "smol.workflow.graph"
+    io.stdout:write(graph.FORMATS[opts.graph](wf.instances(def, opts.steps), name))
+    return 0
+  end
   if opts.dry_run then print_dry_run(def, opts, name); return 0 end
   wf.instances(def, opts.steps)  -- an unknown --step is an invalid run: say so before any output
   local run = wf.run(def, { name = name, jobs = opts.jobs, steps = opts.steps, params = opts.params,
@@ -215,7 +220,7 @@ local function main(args)
         file_label(opts.file)) or err, 0) end
     end
     code = run_workflow(value, opts)
-  elseif not status and (opts.list or opts.dry_run or #opts.steps > 0) then
+  elseif not status and (opts.list or opts.dry_run or opts.graph or #opts.steps > 0) then
     usage_error("%s did not return a workflow (wf.define{...})", opts.file)
   end
   if recording then recording:stop() end

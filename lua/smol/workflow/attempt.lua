@@ -335,6 +335,7 @@ function M.run_instance(S, inst)
     end
   end
   S.outputs[inst.id] = outcome.value
+  inst.value = outcome.value
   if outcome.status == "skipped" then inst.skipped_by_condition = true end
   local key = M.session_key(S, inst)
   if key ~= "workflow" then

@@ -29,7 +29,16 @@ local function logs_json(run, inst)
   return logs
 end
 
+-- The step's return value when JSON can say it exactly; else null and why.
+local function value_json(inst)
+  if inst.value == nil then return jsontext.null, jsontext.null end
+  local value, why = jsontext.exact(inst.value)
+  if value == nil then return jsontext.null, "not JSON-representable: " .. why end
+  return value, jsontext.null
+end
+
 local function instance_json(run, inst)
+  local value, value_note = value_json(inst)
   local attempts = {}
   for i, a in ipairs(inst.attempts or {}) do attempts[i] = attempt_json(a) end
   return {
@@ -39,7 +48,7 @@ local function instance_json(run, inst)
     exit_code = opt(inst.exit_code), timeout = opt(inst.timeout), error = message(inst.error),
     continue_on_error = inst.continue_on_error or false, always = inst.always or false,
     artifacts = array(inst.artifacts), logs = logs_json(run, inst),
-    sandbox = opt(jsontext.plain(inst.sandbox)),
+    sandbox = opt(jsontext.plain(inst.sandbox)), value = value, value_note = value_note,
   }
 end
 
