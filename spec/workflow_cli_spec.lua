@@ -255,6 +255,62 @@ describe("smolwf run", function()
     end
     assert.is_true(cancelled > 0, "no step was cancelled while running: " .. text)
   end)
+
+  -- Runs finally.lua; `signals` is a list of {signal, wait_for = file} sent
+  -- in order once the file has a pid. Returns the result and the report.
+  local function interrupted_run(signals, extra)
+    local files = { pidfile = h.temp_dir(), finpid = h.temp_dir(), marker = h.temp_dir() }
+    local dir = h.temp_dir()
+    local args = { "run", "--no-progress", "--report-dir", dir, FIX .. "finally.lua",
+      "--param", "pidfile=" .. files.pidfile, "--param", "finpid=" .. files.finpid,
+      "--param", "marker=" .. files.marker }
+    for _, a in ipairs(extra or {}) do args[#args + 1] = a end
+    local r = run_cli(args, { on_started = function(proc)
+      task.spawn(function()
+        for _, s in ipairs(signals) do
+          assert(h.read_pid(files[s.wait_for], 10), s.wait_for .. " never written")
+          proc:kill(s[1])
+        end
+      end)
+    end })
+    local report = require("cjson").decode((assert(h.read(dir .. "/report.json"))))
+    local by_id = {}
+    for _, inst in ipairs(report.instances) do by_id[inst.id] = inst end
+    return r, by_id, files, report
+  end
+
+  it("runs the `always` steps after Ctrl-C, then exits 130", function()
+    local r, by_id, files, report = interrupted_run({ { "INT", wait_for = "pidfile" } }, { "--param", "finsleep=0.1" })
+    assert.are.equal(130, r.code, r.stderr)
+    assert.are.equal("done\n", h.read(files.marker), "the cleanup step did not run to its end")
+    assert.are.same({ "cancelled", "interrupted" }, { by_id.long.status, by_id.long.error })
+    assert.are.equal("success", by_id.cleanup.status)
+    assert.are.equal("cancelled", report.result)
+    local pid = assert(h.read_pid(files.pidfile, 0))
+    assert.is_true(h.wait_until(function() return not h.alive(pid) end, 5))
+  end)
+
+  it("treats TERM the same way (exit 143), and cancels `always` steps after the grace period", function()
+    local r, by_id, files = interrupted_run({ { "TERM", wait_for = "pidfile" } },
+      { "--param", "finsleep=30", "--grace", "0.5" })
+    assert.are.equal(143, r.code, r.stderr)
+    assert.are.equal("interrupted by SIGTERM", by_id.long.error)
+    assert.are.same({ "cancelled", "the 0.5s grace period after the interrupt ran out" },
+      { by_id.cleanup.status, by_id.cleanup.error })
+    assert.is_nil(h.read(files.marker))
+    local pid = assert(h.read_pid(files.finpid, 0))
+    assert.is_true(h.wait_until(function() return not h.alive(pid) end, 5))
+  end)
+
+  it("skips the `always` steps on a second Ctrl-C", function()
+    local r, by_id, files = interrupted_run({ { "INT", wait_for = "pidfile" }, { "INT", wait_for = "finpid" } },
+      { "--param", "finsleep=30" })
+    assert.are.equal(130, r.code, r.stderr)
+    assert.are.same({ "cancelled", "interrupted again: `always` steps skipped" },
+      { by_id.cleanup.status, by_id.cleanup.error })
+    local pid = assert(h.read_pid(files.finpid, 0))
+    assert.is_true(h.wait_until(function() return not h.alive(pid) end, 5))
+  end)
 end)
 
 describe("the example workflows", function()

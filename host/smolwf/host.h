@@ -113,6 +113,7 @@ struct smol_host {
   uv_async_t wake_loop;              /* sigint.c: the handler wakes the loop */
   volatile sig_atomic_t hook_allowed, wake_allowed;
   lua_State *volatile running_task;  /*   the task coroutine running now, or NULL */
+  volatile sig_atomic_t catching, forced; /* core.catch_interrupt runs; a second signal came first */
   int deadline_passed;               /* exitpath.c: the drain's deadline */
   struct { char *buf; size_t len, cap; } params;     /* command.c: params being built */
   struct { unsigned char *buf; size_t cap; } b64;    /* b64.c: decoding scratch */

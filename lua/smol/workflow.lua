@@ -207,8 +207,10 @@ opts (all optional):
               (a failing observer, a session that would not close); default stderr
   reports     false: no log files and no report files
   open        function(sandbox_spec) -> session (default smol.sandbox.open)
-  on_abort    function(run) called when the run is cut short (Ctrl-C): at exit,
-              after the run was completed as "cancelled" and its reports written
+  grace       seconds the `always` steps get after Ctrl-C, TERM or HUP (default 30)
+  on_abort    function(run) called when the run is cut short (an error out of
+              the engine, os.exit, an interrupt the runner could not catch): at
+              exit, after the run was completed and its reports written
 ]]
 function wf.run(def, opts)
   opts = opts or {}
@@ -217,12 +219,17 @@ function wf.run(def, opts)
   local sessions = require "smol.workflow.sessions"
   local run, defs = new_run(def, opts)
   local S = runner.new_state(run, { observers = report_observers(opts, run),
-    keep_going = opts.keep_going, warn = opts.warn })
+    keep_going = opts.keep_going, warn = opts.warn, grace = opts.grace })
   S.defs, S.sandbox, S.base_env = defs, def.sandbox or {}, def.env or {}
   S.sessions = sessions.new(opts.open or require("smol.sandbox").open)
   S.sessions.on_open = function(_, key, info)
     runner.ensure_exit_hook("session")
     record_session(S, run, key, info)
+  end
+  -- Reports as they stand at Ctrl-C (written again at the end), in case
+  -- whatever sent the signal does not wait for the `always` steps.
+  S.on_interrupt = function()
+    if opts.reports ~= false then wf.write_reports(run) end
   end
   S.on_abort = function()
     if opts.reports ~= false then wf.write_reports(run) end

@@ -186,6 +186,7 @@ local function run_workflow(def, opts)
   wf.instances(def, opts.steps)  -- an unknown --step is an invalid run: say so before any output
   local run = wf.run(def, { name = name, jobs = opts.jobs, steps = opts.steps, params = opts.params,
     keep_going = opts.keep_going, report_dir = opts.report_dir, observers = observers_for(opts),
+    grace = opts.grace,
     on_abort = function(run) print_summary(run, opts) end })
   print_summary(run, opts)
   return wf.exit_code(run)

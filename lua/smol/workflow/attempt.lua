@@ -201,6 +201,9 @@ local function classify(p, ok, value, inst, n)
     return cancelled(p)
   elseif p.timed_out then
     return failure_info("timed_out", value, inst, n)
+  elseif not ok and type(value) == "table" and value.code == "interrupted" then
+    -- Ctrl-C reached the step's own code: the runner cancels the run.
+    return { status = "cancelled", message = "interrupted" }
   elseif not ok and context.is_skip(value) then
     return { status = "skipped", message = value.message }
   elseif not ok then

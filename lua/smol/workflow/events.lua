@@ -68,6 +68,10 @@ function Observer:step_finished(_, inst)
             exit_code = inst.exit_code, error = inst.error ~= nil and jsontext.message(inst.error) or nil}
 end
 
+function Observer:run_interrupted(_, signal, grace)
+  self:emit{type = "run_interrupted", signal = signal, grace = grace}
+end
+
 -- What a sandbox session really got (profile, isolation, network), as the
 -- engine recorded it when it opened.
 function Observer:session_opened(_, info)

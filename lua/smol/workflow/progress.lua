@@ -186,6 +186,19 @@ function Plain:step_retry(_, inst, attempt_no, delay, err)
   self.out:flush()
 end
 
+-- "interrupted: running the `always` steps (up to 30s; Ctrl-C again skips them)".
+local function interrupted_line(signal, grace)
+  local what = signal == "INT" and "interrupted" or ("interrupted by SIG" .. tostring(signal))
+  if not grace then return what .. ": stopping the running steps" end
+  return string.format("%s: stopping the running steps, then the `always` steps get up to %gs (Ctrl-C again skips them)",
+    what, grace)
+end
+
+function Plain:run_interrupted(_, signal, grace)
+  self.out:write(interrupted_line(signal, grace), "\n")
+  self.out:flush()
+end
+
 function Plain:step_finished(_, inst)
   self:flush_partial(inst)
   self.out:write(finished_line(inst, false), "\n")
@@ -251,6 +264,11 @@ function Live:step_finished(_, inst)
   for _, line in ipairs(text.stderr_tail(inst, M.STDERR_LINES)) do
     self.finished[#self.finished + 1] = text.truncate_styled("   " .. text.paint("│ " .. line, "2", self.color), width)
   end
+end
+
+function Live:run_interrupted(_, signal, grace)
+  self.finished[#self.finished + 1] = text.paint("⚠ " .. interrupted_line(signal, grace), "33", self.color)
+  self:draw()
 end
 
 function Live:ensure_ticking()
@@ -330,14 +348,15 @@ function Live:draw(final)
 end
 
 --- How many lines someone else wrote below the live block before an
---- interrupted run's final redraw. Ctrl-C ends the main chunk with the
---- interrupt error: the host prints "smolwf: interrupted" (one line, on the
---- terminal when stderr is one) and only then do the exit hooks finish the
---- run and call run_finished (smol.workflow.runner's finalize). Without
---- counting that line, the erase stops one line short and a stale live
---- line stays on the screen.
+--- interrupted run's final redraw. The runner catches Ctrl-C itself, but
+--- when it cannot (a run inside a task), the interrupt error ends the main
+--- chunk: the host prints "smolwf: interrupted" (one line, on the terminal
+--- when stderr is one) and only then do the exit hooks finish the run
+--- (run.cut_short) and call run_finished (smol.workflow.runner's
+--- finalize). Without counting that line, the erase stops one line short
+--- and a stale live line stays on the screen.
 function M.stray_lines_before_final(run)
-  if not (run and run.result == "cancelled" and core.isatty(2)) then return 0 end
+  if not (run and run.cut_short and run.result == "cancelled" and core.isatty(2)) then return 0 end
   for _, inst in ipairs(run.instances or {}) do
     if inst.status == "cancelled" and tostring(inst.error):find("interrupted", 1, true) then return 1 end
   end
