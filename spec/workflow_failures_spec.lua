@@ -56,3 +56,25 @@ describe("a failed step's stderr", function()
     assert.are.same({ "line-23", "line-24", "line-25", "line-26", "line-27", "line-28", "line-29", "line-30" }, lines)
   end)
 end)
+
+describe("a replay mismatch", function()
+  after_each(h.cleanup)
+
+  it("has its own code, is not retried, and shows the whole differing value in the terminal", function()
+    local recording, dir = h.temp_dir(), h.temp_dir()
+    local fixture = "spec/fixtures/workflows/replayed.lua"
+    local r = h.smolwf { "run", "--no-progress", "--record", recording, "--report-dir", h.temp_dir(),
+      fixture, "--param", "jobs=2" }
+    assert.are.equal(0, r.code, r.stderr)
+    r = h.smolwf { "run", "--no-progress", "--replay", recording, "--report-dir", dir, fixture, "--param", "jobs=1" }
+    assert.are.equal(1, r.code, r.stderr)
+    local report = require("cjson").decode((h.read(dir .. "/report.json")))
+    local build = report.instances[1]
+    assert.are.equal(1, #build.attempts, "a replay mismatch is retried")
+    assert.matches("replay_mismatch: replay: no request in the recording", build.error, 1, true)
+    local row = r.stdout:match("\n   │ (  ! params%.argv%[3%][^\n]*)")
+    assert.is_string(row, r.stdout)
+    assert.truthy(row:find('"echo make all with a command line long enough to be cut -j2"', 1, true), row)
+    assert.truthy(row:find('"echo make all with a command line long enough to be cut -j1"', 1, true), row)
+  end)
+end)

@@ -285,8 +285,12 @@ local function backoff_sleep(p, delay)
   p.wake = nil
 end
 
+-- Failures no retry can change: the request is not in the recording.
+local NEVER_RETRIED = { replay_mismatch = true }
+
 local function should_stop(p, retry, outcome, n)
   if outcome.status ~= "failed" and outcome.status ~= "timed_out" then return true end
+  if type(outcome.error) == "table" and NEVER_RETRIED[outcome.error.code] then return true end
   if n >= (retry.attempts or 1) or p.cancel_reason then return true end
   local wanted, why = retry_wanted(retry, outcome)
   if why then outcome.message = outcome.message .. "\n" .. why end
@@ -346,6 +350,8 @@ function M.run_instance(S, inst)
     if err then S.warn(("closing the session of %s failed: %s"):format(inst.id, err)) end
   end
   if outcome.status ~= "success" then inst.exit_code = outcome.exit_code or inst.exit_code end
+  inst.error_code = type(outcome.error) == "table" and type(outcome.error.code) == "string"
+    and outcome.error.code or nil
   observe.finish(S, inst, outcome.status, outcome.message)
 end
 

@@ -261,8 +261,10 @@ function Live:step_finished(_, inst)
   -- Cut to the width: a wrapped line would scroll the live block apart.
   local width = math.max(self.width() - 1, 20)
   self.finished[#self.finished + 1] = text.truncate_styled(finished_line(inst, self.color, width // 2), width)
-  for _, line in ipairs(text.stderr_tail(inst, M.STDERR_LINES)) do
-    self.finished[#self.finished + 1] = text.truncate_styled("   " .. text.paint("│ " .. line, "2", self.color), width)
+  for _, line in ipairs(text.failure_details(inst, M.STDERR_LINES)) do
+    for _, part in ipairs(text.wrap(line, width - 5)) do
+      self.finished[#self.finished + 1] = "   " .. text.paint("│ " .. part, "2", self.color)
+    end
   end
 end
 

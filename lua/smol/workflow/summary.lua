@@ -37,7 +37,7 @@ local function row_of(inst, opts)
     text.mark(inst.status), text.terminal_line(tostring(inst.id)), text.word(inst.status),
     text.ran(inst) and text.duration(inst.duration) or "-", tostring(inst.attempts and #inst.attempts or 0),
     inst.exit_code and tostring(inst.exit_code) or "-", note_of(inst, opts),
-    status = inst.status, tail = text.stderr_tail(inst, M.STDERR_LINES),
+    status = inst.status, tail = text.failure_details(inst, M.STDERR_LINES),
   }
 end
 
@@ -123,9 +123,8 @@ local function format_row(row, layout, opts)
   end
   lines[1] = paint_mark(lines[1], row, opts)
   for _, tail_line in ipairs(row.tail or {}) do
-    local l = "   │ " .. tail_line
-    if opts.width then l = text.truncate(l, opts.width) end
-    lines[#lines + 1] = text.paint(l, "2", opts.color)
+    local parts = opts.width and text.wrap(tail_line, math.max(opts.width - 5, 10)) or {tail_line}
+    for _, part in ipairs(parts) do lines[#lines + 1] = text.paint("   │ " .. part, "2", opts.color) end
   end
   return table.concat(lines, "\n")
 end

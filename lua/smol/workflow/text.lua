@@ -232,6 +232,22 @@ end
 
 local ERROR_LIMITS = {entries = 12, depth = 3, string = 400}
 
+--- What to show under a failed instance, besides its note: for a replay
+--- mismatch the rest of its message (the recorded and the actual request
+--- side by side, every differing value whole), else the last `n` lines of
+--- its stderr (see stderr_tail). Lines are safe for a terminal.
+function M.failure_details(inst, n)
+  if inst.error_code == "replay_mismatch" and inst.status == "failed" then
+    local lines, first = {}, true
+    for line in tostring(inst.error):gmatch("[^\n]+") do
+      if not first then lines[#lines + 1] = M.terminal_line(line) end
+      first = false
+    end
+    return lines
+  end
+  return M.stderr_tail(inst, n)
+end
+
 --- The last `n` non-blank lines of a failed instance's stderr
 --- (inst.stderr_tail), each made safe for a terminal; {} when it has none
 --- or did not fail.
