@@ -130,7 +130,14 @@ local function merged_params(def, params)
   return out
 end
 
-local function new_run(def, opts)
+-- The secrets of a run of `def` with --param `params` (see
+-- smol.workflow.secrets): their values, and the masker that hides them.
+-- Raises a setup error naming a missing or too short one.
+function wf.secrets(def, params)
+  return require("smol.workflow.secrets").resolve(def, merged_params(def, params))
+end
+
+local function new_run(def, opts, secrets)
   local files = require "smol.workflow.files"
   local fs = require "smol.fs"
   local core = require "smol.core"
@@ -157,7 +164,8 @@ local function new_run(def, opts)
   end
   return {
     name = def.name or opts.name or "workflow", started_at = core.time(), result = nil,
-    report_dir = report_dir, params = merged_params(def, opts.params),
+    report_dir = report_dir,
+    params = require("smol.workflow.secrets").shown_params(merged_params(def, opts.params), secrets),
     jobs = opts.jobs or def.jobs or DEFAULT_JOBS, instances = instances, sessions = {},
   }, defs
 end
@@ -171,10 +179,11 @@ local function report_observers(opts, run)
   return observers
 end
 
--- Writes report.json, junit.xml, report.html.
-function wf.write_reports(run)
+-- Writes report.json, junit.xml, report.html; `masker`
+-- (smol.workflow.mask) hides the secrets in what they write.
+function wf.write_reports(run, masker)
   for _, name in ipairs(REPORT_WRITERS) do
-    local ok, err = pcall(function() require(name).write(run) end)
+    local ok, err = pcall(function() require(name).write(run, { mask = masker }) end)
     -- One broken writer must not cost the user the other reports.
     if not ok then io.stderr:write(("smolwf: %s failed: %s\n"):format(name, tostring(err))) end
   end
@@ -217,10 +226,17 @@ function wf.run(def, opts)
   if not defined[def] then wf.define(def) end
   local runner = require "smol.workflow.runner"
   local sessions = require "smol.workflow.sessions"
-  local run, defs = new_run(def, opts)
+  local secrets = opts.secrets or wf.secrets(def, opts.params)
+  local run, defs = new_run(def, opts, secrets)
   local S = runner.new_state(run, { observers = report_observers(opts, run),
     keep_going = opts.keep_going, warn = opts.warn, grace = opts.grace })
-  S.defs, S.sandbox, S.base_env = defs, def.sandbox or {}, def.env or {}
+  S.defs, S.sandbox = defs, def.sandbox or {}
+  S.params, S.secrets, S.masker = merged_params(def, opts.params), secrets.values, secrets.masker
+  S.base_env = {}
+  for k, v in pairs(secrets.values) do S.base_env[k] = v end
+  for k, v in pairs(def.env or {}) do S.base_env[k] = v end
+  local warn = S.warn
+  S.warn = function(message) warn(secrets.masker:text(message)) end
   S.sessions = sessions.new(opts.open or require("smol.sandbox").open)
   S.sessions.on_open = function(_, key, info)
     runner.ensure_exit_hook("session")
@@ -229,14 +245,14 @@ function wf.run(def, opts)
   -- Reports as they stand at Ctrl-C (written again at the end), in case
   -- whatever sent the signal does not wait for the `always` steps.
   S.on_interrupt = function()
-    if opts.reports ~= false then wf.write_reports(run) end
+    if opts.reports ~= false then wf.write_reports(run, secrets.masker) end
   end
   S.on_abort = function()
-    if opts.reports ~= false then wf.write_reports(run) end
+    if opts.reports ~= false then wf.write_reports(run, secrets.masker) end
     if opts.on_abort then opts.on_abort(run) end
   end
   runner.drive(S)
-  if opts.reports ~= false then wf.write_reports(run) end
+  if opts.reports ~= false then wf.write_reports(run, secrets.masker) end
   return run
 end
 

@@ -133,10 +133,10 @@ local function new_observer(name, opts)
   return require(name).new(opts)
 end
 
-local function observers_for(opts)
+local function observers_for(opts, masker)
   local list = {}
   if opts.json then
-    list[#list + 1] = new_observer("smol.workflow.events", { out = io.stdout })
+    list[#list + 1] = new_observer("smol.workflow.events", { out = io.stdout, mask = masker })
   elseif not opts.no_progress then
     list[#list + 1] = new_observer("smol.workflow.progress", { out = io.stdout })
   end
@@ -166,9 +166,10 @@ local function sandbox_line(run)
   return "sandbox: " .. table.concat(parts, "; ")
 end
 
-local function print_summary(run, opts)
+local function print_summary(run, opts, masker)
   local out = opts.json and io.stderr or io.stdout
-  out:write(require("smol.workflow.summary").render(run, {}), "\n")
+  out:write(masker:text(require("smol.workflow.summary").render(run, {})), "
+")
   local line = sandbox_line(run)
   if line then out:write(line, "\n") end
 end
@@ -184,11 +185,13 @@ local function run_workflow(def, opts)
   end
   if opts.dry_run then print_dry_run(def, opts, name); return 0 end
   wf.instances(def, opts.steps)  -- an unknown --step is an invalid run: say so before any output
+  local secrets = wf.secrets(def, opts.params)
+  local masker = secrets.masker
   local run = wf.run(def, { name = name, jobs = opts.jobs, steps = opts.steps, params = opts.params,
-    keep_going = opts.keep_going, report_dir = opts.report_dir, observers = observers_for(opts),
-    grace = opts.grace,
-    on_abort = function(run) print_summary(run, opts) end })
-  print_summary(run, opts)
+    keep_going = opts.keep_going, report_dir = opts.report_dir, observers = observers_for(opts, masker),
+    grace = opts.grace, secrets = secrets,
+    on_abort = function(run) print_summary(run, opts, masker) end })
+  print_summary(run, opts, masker)
   return wf.exit_code(run)
 end
 

@@ -98,7 +98,16 @@ local function bridge(S, inst)
   local key = M.session_key(S, inst)
   local spec = def.sandbox or S.sandbox
   local from = def.isolate and not def.sandbox and "workflow" or nil
-  local b = {}
+  local b, masked = {}, {}
+  local masker = S.masker
+  -- Output reaches the logs and the views with the secrets masked; a
+  -- secret split between two chunks is held back until the next one.
+  local function emit(stream, chunk)
+    if chunk == "" then return end
+    inst.last_line = M.last_line_of(chunk, inst.last_line)
+    if stream == "stderr" then inst.stderr_tail = M.keep_tail(inst.stderr_tail, chunk) end
+    observe.notify(S, "step_output", inst, stream, chunk)
+  end
   function b.session()
     local session = S.sessions:get(key, spec, from)
     inst.sandbox = inst.sandbox or S.sessions:info(key)
@@ -106,11 +115,15 @@ local function bridge(S, inst)
   end
   function b.command_started() inst.stderr_tail = nil end
   function b.output(_, stream, chunk)
-    inst.last_line = M.last_line_of(chunk, inst.last_line)
-    if stream == "stderr" then inst.stderr_tail = M.keep_tail(inst.stderr_tail, chunk) end
-    observe.notify(S, "step_output", inst, stream, chunk)
+    if not masker or masker:empty() then return emit(stream, chunk) end
+    masked[stream] = masked[stream] or masker:stream()
+    emit(stream, masked[stream]:feed(chunk))
+  end
+  function b.flush_output()
+    for stream, m in pairs(masked) do emit(stream, m:flush()) end
   end
   function b.log(_, message)
+    if masker then message = masker:text(message) end
     inst.last_line = message
     observe.notify(S, "step_log", inst, message)
   end
@@ -147,7 +160,7 @@ end
 local function new_context(S, inst, n)
   return context.new(bridge(S, inst), {
     inputs = inputs_of(S, inst), matrix = inst.matrix, params = S.params or S.run.params,
-    env = M.step_env(S, inst), step = inst.step, id = inst.id, attempt = n,
+    env = M.step_env(S, inst), secrets = S.secrets, step = inst.step, id = inst.id, attempt = n,
     report_dir = S.run.report_dir,
   })
 end
@@ -262,6 +275,7 @@ local function run_attempt(S, inst, n)
   p.task = nil
   context.finish(ctx)
   local outcome = classify(p, ok, value, inst, n)
+  if S.masker and outcome.message then outcome.message = S.masker:text(outcome.message) end
   record.ended_at, record.status = core.time(), outcome.status
   record.error, record.exit_code = outcome.message, outcome.exit_code or inst.exit_code
   return outcome

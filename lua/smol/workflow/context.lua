@@ -9,6 +9,7 @@
 --   bridge:artifact(path, name)   copies out of the session, returns the report path
 --   bridge:exit_code(code)        the last command's exit code
 --   bridge:command_started()      a command starts (its stderr tail starts afresh)
+--   bridge:flush_output()         a command ended: output held back for masking goes out
 local M = {}
 
 local STDERR_TAIL_LINES = 10
@@ -112,7 +113,10 @@ end
 -- exec for ctx:exec and ctx:sh, called directly by them (see `level`).
 local function run_exec(self, opts)
   self._bridge:command_started()
-  local r = session_call(4, self:session(), "exec", command_opts(self, opts))
+  local result = table.pack(pcall(session_call, 5, self:session(), "exec", command_opts(self, opts)))
+  self._bridge:flush_output()
+  if not result[1] then error(result[2], 0) end
+  local r = result[2]
   self._bridge:exit_code(r.exit_code)
   return r
 end
@@ -178,10 +182,11 @@ end
 function M.finish(ctx)
   for _, p in ipairs(ctx._processes) do pcall(p.kill, p, "KILL") end
   ctx._processes = {}
+  ctx._bridge:flush_output()
 end
 
 local function known_fields()
-  local names = { "inputs", "matrix", "params", "env", "step", "id", "attempt", "log", "report_dir" }
+  local names = { "inputs", "matrix", "params", "env", "secrets", "step", "id", "attempt", "log", "report_dir" }
   for k in pairs(Ctx) do names[#names + 1] = k end
   table.sort(names)
   return table.concat(names, ", ")

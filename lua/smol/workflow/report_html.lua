@@ -210,9 +210,9 @@ function M.render(run)
   return table.concat(out)
 end
 
---- Writes run.report_dir/report.html (atomically); returns its path.
-function M.write(run)
-  return reportdir.write_report(run, "report.html", M.render(run))
+--- Writes run.report_dir/report.html (atomically; opts.mask hides the secrets); returns its path.
+function M.write(run, opts)
+  return reportdir.write_report(run, "report.html", M.render(run), opts and opts.mask)
 end
 
 return M

@@ -67,9 +67,9 @@ function M.build(run)
   }
 end
 
---- Writes run.report_dir/report.json (atomically); returns its path.
-function M.write(run)
-  return reportdir.write_report(run, "report.json", jsontext.encode(M.build(run)) .. "\n")
+--- Writes run.report_dir/report.json (atomically; opts.mask hides the secrets); returns its path.
+function M.write(run, opts)
+  return reportdir.write_report(run, "report.json", jsontext.encode(M.build(run)) .. "\n", opts and opts.mask)
 end
 
 return M
