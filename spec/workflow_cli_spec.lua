@@ -179,8 +179,9 @@ describe("smolwf run", function()
     fs.write_file(dir .. "/smol/wf.lua", "local t = nil\nreturn t.field\n")
     local r = run_cli { "run", dir .. "/smol/wf.lua" }
     assert.are.equal(1, r.code)
-    assert.matches("^smolwf run: " .. (dir .. "/smol/wf.lua:2: attempt to index a nil value"):gsub("%p", "%%%0"), r.stderr)
-    assert.matches("\n\t" .. (dir .. "/smol/wf.lua:2: in main chunk"):gsub("%p", "%%%0"), r.stderr)
+    -- (Lua shortens a long chunk name from its start: "...tmp/x/smol/wf.lua")
+    assert.matches("^smolwf run: [^\n]*/smol/wf%.lua:2: attempt to index a nil value", r.stderr)
+    assert.matches("\nstack traceback:\n\t[^\n]*/smol/wf%.lua:2: in main chunk", r.stderr)
     fs.write_file(dir .. "/plain.lua", 'local sb <close> = require("smol.sandbox").open{profile = "local/default"}\n'
       .. 'sb:exec{"echo", 5}\n')
     r = run_cli { "run", dir .. "/plain.lua" }

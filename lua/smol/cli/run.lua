@@ -168,8 +168,7 @@ end
 
 local function print_summary(run, opts, masker)
   local out = opts.json and io.stderr or io.stdout
-  out:write(masker:text(require("smol.workflow.summary").render(run, {})), "
-")
+  out:write(masker:text(require("smol.workflow.summary").render(run, {})), "\n")
   local line = sandbox_line(run)
   if line then out:write(line, "\n") end
 end
