@@ -177,6 +177,7 @@ int host_check_signal(lua_State *L, int idx); /* a signal name or number argumen
 void loop_open(lua_State *L);
 void stdio_open(lua_State *L);
 void tty_open(lua_State *L);            /* tty.c: core.isatty, core.term_width */
+void hash_open(lua_State *L);           /* hash.c: core.sha256, sha256_file, hash_files (OpenSSL) */
 void introspect_open(lua_State *L);     /* introspect.c: core.handles, core.registry_refs */
 int luaopen_smol_core(lua_State *L);
 
