@@ -202,6 +202,15 @@ local function record_session(S, run, key, info)
   require("smol.workflow.observe").notify(S, "session_opened", entry)
 end
 
+-- Keeps the step cache under its size cap (least recently used entries
+-- go first; those this run used stay), once a run stored something.
+local function evict(S, cap)
+  if next(S.used_keys) == nil then return end
+  local ok, removed, freed = pcall(S.cache.evict, S.cache, cap, S.used_keys)
+  if not ok then S.warn("the step cache could not evict old entries: " .. tostring(removed)) return end
+  S.run.cache_evicted = removed > 0 and { entries = removed, bytes = freed } or nil
+end
+
 --[[
 Runs a workflow; returns the run table (see the contract's data model).
 opts (all optional):
@@ -217,6 +226,13 @@ opts (all optional):
   reports     false: no log files and no report files
   open        function(sandbox_spec) -> session (default smol.sandbox.open)
   grace       seconds the `always` steps get after Ctrl-C, TERM or HUP (default 30)
+  profile     the profile of every session (overrides the workflow's and the steps')
+  cache       false: no step cache at all
+  cache_dir   the step cache's directory (default .smolwf/cache)
+  cache_read  false: look nothing up (every step runs), still store (--no-cache)
+  cache_cap   bytes the cache may hold (default 2 GiB; LRU eviction after the run)
+  explain     set of step names or instance ids whose cache decision on_explain hears
+  on_explain  function(inst, lines): why the step ran or was cached
   on_abort    function(run) called when the run is cut short (an error out of
               the engine, os.exit, an interrupt the runner could not catch): at
               exit, after the run was completed and its reports written
@@ -232,6 +248,13 @@ function wf.run(def, opts)
     keep_going = opts.keep_going, warn = opts.warn, grace = opts.grace })
   S.defs, S.sandbox = defs, def.sandbox or {}
   S.params, S.secrets, S.masker = merged_params(def, opts.params), secrets.values, secrets.masker
+  S.secret_params, S.profile = secrets.params, opts.profile
+  S.cache_keys, S.used_keys = {}, {}
+  if opts.cache ~= false then
+    S.cache = require("smol.workflow.cache").open(opts.cache_dir or require("smol.workflow.cache").DEFAULT_DIR)
+    S.cache_read = opts.cache_read ~= false
+  end
+  S.explain, S.on_explain = opts.explain, opts.on_explain
   S.base_env = {}
   for k, v in pairs(secrets.values) do S.base_env[k] = v end
   for k, v in pairs(def.env or {}) do S.base_env[k] = v end
@@ -252,6 +275,7 @@ function wf.run(def, opts)
     if opts.on_abort then opts.on_abort(run) end
   end
   runner.drive(S)
+  if S.cache then evict(S, opts.cache_cap or require("smol.workflow.cache").DEFAULT_CAP) end
   if opts.reports ~= false then wf.write_reports(run, secrets.masker) end
   return run
 end

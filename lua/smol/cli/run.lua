@@ -173,6 +173,37 @@ local function print_summary(run, opts, masker)
   if line then out:write(line, "\n") end
 end
 
+-- The steps --explain names, as a set; an unknown one is a usage error.
+local function explained_steps(opts, instances)
+  if #opts.explain == 0 then return nil end
+  local known, names = {}, {}
+  for _, inst in ipairs(instances) do
+    if not known[inst.step] then names[#names + 1] = inst.step end
+    known[inst.step], known[inst.id] = true, true
+  end
+  local set = {}
+  for _, name in ipairs(opts.explain) do
+    if not known[name] then
+      local hint = require("smol.workflow.validate").closest(name, names)
+      usage_error("--explain: no step '%s' in this run%s", name,
+        hint and (" (did you mean '%s'?)"):format(hint) or (" (steps: %s)"):format(table.concat(names, ", ")))
+    end
+    set[name] = true
+  end
+  return set
+end
+
+-- wf.run's options from the command line's.
+local function run_options(opts, instances, secrets)
+  return { jobs = opts.jobs, steps = opts.steps, params = opts.params, keep_going = opts.keep_going,
+    report_dir = opts.report_dir, grace = opts.grace, secrets = secrets, profile = opts.profile,
+    cache_read = not opts.no_cache, cache_dir = opts.cache_dir, cache_cap = opts.cache_cap,
+    explain = explained_steps(opts, instances),
+    on_explain = function(inst, lines)
+      io.stderr:write(secrets.masker:text(("explain %s: %s\n"):format(inst.id, table.concat(lines, "\n"))))
+    end }
+end
+
 local function run_workflow(def, opts)
   local name = def.name or file_label(opts.file)
   if opts.list and opts.json then print_plan_json(def, opts, name); return 0 end
@@ -183,13 +214,13 @@ local function run_workflow(def, opts)
     return 0
   end
   if opts.dry_run then print_dry_run(def, opts, name); return 0 end
-  wf.instances(def, opts.steps)  -- an unknown --step is an invalid run: say so before any output
+  local instances = wf.instances(def, opts.steps)  -- an unknown --step is an invalid run: say so before any output
   local secrets = wf.secrets(def, opts.params)
   local masker = secrets.masker
-  local run = wf.run(def, { name = name, jobs = opts.jobs, steps = opts.steps, params = opts.params,
-    keep_going = opts.keep_going, report_dir = opts.report_dir, observers = observers_for(opts, masker),
-    grace = opts.grace, secrets = secrets,
-    on_abort = function(run) print_summary(run, opts, masker) end })
+  local run_opts = run_options(opts, instances, secrets)
+  run_opts.name, run_opts.observers = name, observers_for(opts, masker)
+  run_opts.on_abort = function(run) print_summary(run, opts, masker) end
+  local run = wf.run(def, run_opts)
   print_summary(run, opts, masker)
   return wf.exit_code(run)
 end

@@ -7,6 +7,7 @@ local context = require "smol.workflow.context"
 local files = require "smol.workflow.files"
 local observe = require "smol.workflow.observe"
 local text = require "smol.workflow.text"
+local step_cache = require "smol.workflow.step_cache"
 
 local M = {}
 
@@ -93,10 +94,21 @@ function M.session_key(S, inst)
   return "workflow"
 end
 
+-- The sandbox spec of an instance's session: the step's own or the
+-- workflow's, with the profile --profile names instead of theirs.
+function M.session_spec(S, inst)
+  local spec = S.defs[inst.id].sandbox or S.sandbox
+  if not S.profile then return spec end
+  local copy = {}
+  for k, v in pairs(spec) do copy[k] = v end
+  copy.profile = S.profile
+  return copy
+end
+
 local function bridge(S, inst)
   local def = S.defs[inst.id]
   local key = M.session_key(S, inst)
-  local spec = def.sandbox or S.sandbox
+  local spec = M.session_spec(S, inst)
   local from = def.isolate and not def.sandbox and "workflow" or nil
   local b, masked = {}, {}
   local masker = S.masker
@@ -322,6 +334,17 @@ local function retry_note(outcome)
   return (outcome.message:match("^[^\n]*"))
 end
 
+-- Runs fn(...) in a task of its own, which a cancel of the instance
+-- reaches (it may wait on the session); returns pcall's results.
+local function in_own_task(S, inst, fn, ...)
+  local p = private(S, inst)
+  local t = task.spawn(fn, ...)
+  p.task = t
+  local results = table.pack(pcall(t.join, t))
+  p.task = nil
+  return table.unpack(results, 1, results.n)
+end
+
 -- Evaluates the step's `when` (or `if`) in its own task (it may run
 -- commands; a cancel reaches it): nil when the step is to run, else the
 -- outcome (skipped with the reason, or failed when it raised).
@@ -330,10 +353,7 @@ local function condition_outcome(S, inst)
   local cond, name = def.when or def["if"], def.when and "when" or "if"
   if not cond or private(S, inst).cancel_reason then return nil end
   local p, ctx = private(S, inst), new_context(S, inst, 0)
-  local t = task.spawn(cond, ctx)
-  p.task = t
-  local ok, verdict, reason = pcall(t.join, t)
-  p.task = nil
+  local ok, verdict, reason = in_own_task(S, inst, cond, ctx)
   context.finish(ctx)
   if p.cancel_reason then return cancelled(p) end
   if not ok and context.is_skip(verdict) then return { status = "skipped", message = verdict.message } end
@@ -342,9 +362,10 @@ local function condition_outcome(S, inst)
   return { status = "skipped", message = type(reason) == "string" and reason or ("`%s` returned %s"):format(name, tostring(verdict)) }
 end
 
-function M.run_instance(S, inst)
+-- The attempts, retried as the step says, until one needs no retry.
+local function run_attempts(S, inst)
   local p, retry = private(S, inst), S.defs[inst.id].retry or {}
-  local outcome, n = p.cancel_reason and cancelled(p) or condition_outcome(S, inst), 0
+  local outcome, n = nil, 0
   while not outcome do
     n = n + 1
     outcome = run_attempt(S, inst, n)
@@ -354,6 +375,37 @@ function M.run_instance(S, inst)
       backoff_sleep(p, delay)
       outcome = p.cancel_reason and cancelled(p) or nil
     end
+  end
+  return outcome
+end
+
+-- The outcome of a cache operation that raised: cancelled, or failed naming it.
+local function cache_failure(S, inst, what, err)
+  local p = private(S, inst)
+  if p.cancel_reason then return cancelled(p) end
+  return { status = "failed", message = ("the step cache could not %s: %s"):format(what, text.message(err)), error = err }
+end
+
+-- Runs the instance through the step cache: a hit is its outcome; else it
+-- runs and a success is stored.
+local function run_cached(S, inst)
+  local b = bridge(S, inst)
+  local ok, hit, state = in_own_task(S, inst, step_cache.lookup, S, inst, b, M.step_env(S, inst), M.session_spec(S, inst))
+  if not ok then return cache_failure(S, inst, "look the step up", hit) end
+  if hit then return hit end
+  local outcome = run_attempts(S, inst)
+  if outcome.status ~= "success" or not state then return outcome end
+  local stored, failure = in_own_task(S, inst, step_cache.store, S, inst, state, outcome.value, b)
+  if not stored then return cache_failure(S, inst, "store the result", failure) end
+  return failure or outcome
+end
+
+function M.run_instance(S, inst)
+  local p = private(S, inst)
+  local outcome = p.cancel_reason and cancelled(p) or condition_outcome(S, inst)
+  if not outcome then
+    if step_cache.enabled(S, S.defs[inst.id]) then outcome = run_cached(S, inst)
+    else outcome = run_attempts(S, inst) end
   end
   S.outputs[inst.id] = outcome.value
   inst.value = outcome.value

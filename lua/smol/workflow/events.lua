@@ -70,7 +70,8 @@ end
 function Observer:step_finished(_, inst)
   self:emit{type = "step_finished", step = inst.id, status = inst.status,
             duration = inst.duration, attempts = inst.attempts and #inst.attempts or 0,
-            exit_code = inst.exit_code, error = inst.error ~= nil and jsontext.message(inst.error) or nil}
+            exit_code = inst.exit_code, error = inst.error ~= nil and jsontext.message(inst.error) or nil,
+            cache = inst.cache and inst.cache.status, cache_key = inst.cache and inst.cache.key}
 end
 
 function Observer:run_interrupted(_, signal, grace)

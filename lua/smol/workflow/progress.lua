@@ -109,6 +109,8 @@ end
 local function finished_line(inst, color, max_id)
   local parts = {text.paint(text.mark(inst.status), text.sgr[inst.status], color), shown_id(inst, max_id)}
   if text.ran(inst) then parts[#parts + 1] = text.duration(inst.duration) end
+  local reused = text.reuse_label(inst)
+  if reused then parts[#parts + 1] = text.paint(reused, "2", color) end
   local tries = text.attempts_label(inst)
   if tries ~= "" then parts[#parts + 1] = tries end
   if inst.status ~= "success" then parts[#parts + 1] = text.paint(note_of(inst), text.sgr[inst.status], color) end

@@ -118,7 +118,8 @@ local function table_row(run, inst, index, with_sandbox)
     string.format('<td class="num">%s</td><td class="num">%s</td>', start, duration_of(inst)),
     string.format('<td class="num">%d</td><td class="num">%s</td>', #(inst.attempts or {}), inst.exit_code or "-"),
     with_sandbox and string.format('<td class="sandbox">%s</td>', esc(text.sandbox_label(inst.sandbox) or "-")) or "",
-    string.format('<td class="note">%s</td>', esc(inst.error and text.strip_status(inst.status, tostring(inst.error)) or "")),
+    string.format('<td class="note">%s</td>', esc(inst.error and text.strip_status(inst.status, tostring(inst.error))
+      or text.reuse_label(inst) or "")),
     "</tr>\n"}
 end
 

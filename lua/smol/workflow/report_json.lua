@@ -49,6 +49,9 @@ local function instance_json(run, inst)
     continue_on_error = inst.continue_on_error or false, always = inst.always or false,
     artifacts = array(inst.artifacts), logs = logs_json(run, inst),
     sandbox = opt(jsontext.plain(inst.sandbox)), value = value, value_note = value_note,
+    -- The step cache: {status = "hit"/"miss"/"uncacheable", key, changed, reason, note, stored}.
+    cache = opt(inst.cache and jsontext.plain(inst.cache)),
+    resumed_from = opt(inst.resumed_from),
   }
 end
 

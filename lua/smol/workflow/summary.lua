@@ -33,10 +33,11 @@ local function note_of(inst, opts)
 end
 
 local function row_of(inst, opts)
+  local reused = text.reuse_label(inst)
   return {
-    text.mark(inst.status), text.terminal_line(tostring(inst.id)), text.word(inst.status),
+    text.mark(inst.status), text.terminal_line(tostring(inst.id)), reused and reused:match("^%S+") or text.word(inst.status),
     text.ran(inst) and text.duration(inst.duration) or "-", tostring(inst.attempts and #inst.attempts or 0),
-    inst.exit_code and tostring(inst.exit_code) or "-", note_of(inst, opts),
+    inst.exit_code and tostring(inst.exit_code) or "-", reused and text.terminal_line(reused) or note_of(inst, opts),
     status = inst.status, tail = text.failure_details(inst, M.STDERR_LINES),
   }
 end
@@ -141,7 +142,10 @@ local function counts_line(run)
     if counts[status] then parts[#parts + 1] = counts[status] .. " " .. text.word(status) end
   end
   local noun = total == 1 and "step" or "steps"
-  return string.format("%d %s: %s", total, noun, table.concat(parts, ", "))
+  local reused = 0
+  for _, inst in ipairs(run.instances or {}) do if text.reuse_label(inst) then reused = reused + 1 end end
+  local tail = reused > 0 and string.format(" (%d cached or reused)", reused) or ""
+  return string.format("%d %s: %s%s", total, noun, table.concat(parts, ", "), tail)
 end
 
 -- "ci failure in 4.8s — 8 steps: ...", wrapped at spaces to opts.width.

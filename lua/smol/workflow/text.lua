@@ -301,6 +301,15 @@ function M.sandbox_label(sb)
   return string.format("%s (%s%s)", profile, isolation, network)
 end
 
+--- "cached 38831d65ee3b" for an instance whose result came from the step
+--- cache, "reused from RUN" for one a resumed run took over; nil otherwise.
+function M.reuse_label(inst)
+  if inst.resumed_from then return "reused from " .. tostring(inst.resumed_from) end
+  if type(inst.cache) == "table" and inst.cache.status == "hit" then
+    return "cached " .. tostring(inst.cache.key):sub(1, 12)
+  end
+end
+
 --- Whether the instance ever started an attempt (a skipped or cancelled
 --- one may not have: it has no duration worth showing).
 function M.ran(inst)
