@@ -179,11 +179,14 @@ local function report_observers(opts, run)
   return observers
 end
 
--- Writes report.json, junit.xml, report.html; `masker`
--- (smol.workflow.mask) hides the secrets in what they write.
+-- Writes report.json, junit.xml, report.html (and resume.json, for a
+-- later --resume); `masker` (smol.workflow.mask) hides the secrets in what
+-- they write.
 function wf.write_reports(run, masker)
+  local ok, err = pcall(require("smol.workflow.resume").write, run, masker)
+  if not ok then io.stderr:write(("smolwf: writing %s failed: %s\n"):format("resume.json", tostring(err))) end
   for _, name in ipairs(REPORT_WRITERS) do
-    local ok, err = pcall(function() require(name).write(run, { mask = masker }) end)
+    ok, err = pcall(function() require(name).write(run, { mask = masker }) end)
     -- One broken writer must not cost the user the other reports.
     if not ok then io.stderr:write(("smolwf: %s failed: %s\n"):format(name, tostring(err))) end
   end
@@ -200,6 +203,17 @@ local function record_session(S, run, key, info)
   run.sessions[#run.sessions + 1] = entry
   if key == "workflow" then run.sandbox = entry end
   require("smol.workflow.observe").notify(S, "session_opened", entry)
+end
+
+-- What a resumed run reuses of the run in `dir` (smol.workflow.resume).
+local function plan_resume(S, run, dir)
+  local resume = require "smol.workflow.resume"
+  local state = resume.load(dir)
+  S.reuse = resume.plan(run.instances, state, function(inst, key)
+    if S.defs[inst.id].outputs == nil then return true end
+    return key ~= nil and S.cache ~= nil and S.cache:lookup(key) ~= nil
+  end)
+  run.resumed_from = dir
 end
 
 -- Keeps the step cache under its size cap (least recently used entries
@@ -231,6 +245,7 @@ opts (all optional):
   cache_dir   the step cache's directory (default .smolwf/cache)
   cache_read  false: look nothing up (every step runs), still store (--no-cache)
   cache_cap   bytes the cache may hold (default 2 GiB; LRU eviction after the run)
+  resume      a report directory: reuse what succeeded in that run (see smol.workflow.resume)
   explain     set of step names or instance ids whose cache decision on_explain hears
   on_explain  function(inst, lines): why the step ran or was cached
   on_abort    function(run) called when the run is cut short (an error out of
@@ -255,6 +270,7 @@ function wf.run(def, opts)
     S.cache_read = opts.cache_read ~= false
   end
   S.explain, S.on_explain = opts.explain, opts.on_explain
+  if opts.resume then plan_resume(S, run, opts.resume) end
   S.base_env = {}
   for k, v in pairs(secrets.values) do S.base_env[k] = v end
   for k, v in pairs(def.env or {}) do S.base_env[k] = v end

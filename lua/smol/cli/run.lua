@@ -193,6 +193,14 @@ local function explained_steps(opts, instances)
   return set
 end
 
+-- The report directory --resume names, or the latest run of `name`.
+local function resume_dir(opts, name)
+  if opts.resume ~= true then return opts.resume end
+  local dir = require("smol.workflow.resume").latest(".smolwf/runs", name)
+  if not dir then usage_error("--resume: no earlier run of workflow '%s' in .smolwf/runs (name one: --resume DIR)", name) end
+  return dir
+end
+
 -- wf.run's options from the command line's.
 local function run_options(opts, instances, secrets)
   return { jobs = opts.jobs, steps = opts.steps, params = opts.params, keep_going = opts.keep_going,
@@ -219,6 +227,7 @@ local function run_workflow(def, opts)
   local masker = secrets.masker
   local run_opts = run_options(opts, instances, secrets)
   run_opts.name, run_opts.observers = name, observers_for(opts, masker)
+  run_opts.resume = opts.resume and resume_dir(opts, name)
   run_opts.on_abort = function(run) print_summary(run, opts, masker) end
   local run = wf.run(def, run_opts)
   print_summary(run, opts, masker)

@@ -400,9 +400,29 @@ local function run_cached(S, inst)
   return failure or outcome
 end
 
+-- An instance a resumed run takes over from the earlier run: its outputs
+-- put back from the step cache, its return value as it was.
+local function reused(S, inst, record)
+  local resume = require "smol.workflow.resume"
+  if record.key then
+    S.cache:restore(assert(S.cache:lookup(record.key)), bridge(S, inst).session())
+    S.cache_keys[inst.id], S.used_keys[record.key] = record.key, true
+    inst.cache = { status = "reused", key = record.key }
+  end
+  inst.resumed_from = S.run.resumed_from:gsub("/+$", ""):match("[^/]*$")
+  return { status = "success", value = resume.value(record) }
+end
+
+local function reuse_outcome(S, inst)
+  local ok, outcome = in_own_task(S, inst, reused, S, inst, S.reuse[inst.id])
+  if ok then return outcome end
+  return cache_failure(S, inst, "put back the outputs of the resumed run", outcome)
+end
+
 function M.run_instance(S, inst)
   local p = private(S, inst)
-  local outcome = p.cancel_reason and cancelled(p) or condition_outcome(S, inst)
+  local outcome = p.cancel_reason and cancelled(p) or (S.reuse and S.reuse[inst.id] and reuse_outcome(S, inst))
+    or condition_outcome(S, inst)
   if not outcome then
     if step_cache.enabled(S, S.defs[inst.id]) then outcome = run_cached(S, inst)
     else outcome = run_attempts(S, inst) end

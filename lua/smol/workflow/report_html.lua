@@ -71,14 +71,28 @@ local function sandbox_html(sb)
   return string.format(' · sandbox <span class="%s">%s</span>', sb.isolation == "none" and "warn" or "sb", esc(label))
 end
 
+-- " · resumed from <a>the run in DIR</a>" (a link to its report).
+local function resumed_html(run)
+  if not run.resumed_from then return "" end
+  local target = run.resumed_from:gsub("/+$", "")
+  local here = (run.report_dir or ""):gsub("/+$", "")
+  local href = target .. "/report.html"
+  -- Sibling run directories (.smolwf/runs/A and B) link relatively, so the
+  -- link survives copying the runs elsewhere.
+  if (here:match("^(.*)/") or "") == (target:match("^(.*)/") or "") then
+    href = "../" .. target:match("[^/]*$") .. "/report.html"
+  end
+  return string.format(' · resumed from <a href="%s">%s</a>', esc(text.url_path(href), true), esc(target))
+end
+
 local function header_html(run)
   local started = run.started_at and os.date("!%Y-%m-%d %H:%M:%S UTC", math.floor(run.started_at)) or "not started"
   local result = tostring(run.result or "unfinished")
   local n = #(run.instances or {})
-  return string.format('<header><h1>%s <span class="badge %s">%s</span></h1>\n<p class="meta">started %s · took %s · %d step %s · jobs %s%s</p></header>\n',
+  return string.format('<header><h1>%s <span class="badge %s">%s</span></h1>\n<p class="meta">started %s · took %s · %d step %s · jobs %s%s%s</p></header>\n',
     esc(run.name or "workflow"), esc(result, true), esc(result), started,
     text.duration(run_duration(run)), n, n == 1 and "instance" or "instances",
-    esc(tostring(run.jobs or "-")), sandbox_html(run.sandbox))
+    esc(tostring(run.jobs or "-")), sandbox_html(run.sandbox), resumed_html(run))
 end
 
 -- U+23F1 (the terminal's timed-out mark) is missing from common fonts; a

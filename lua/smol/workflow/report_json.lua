@@ -67,6 +67,8 @@ function M.build(run)
     -- The session the steps shared (profile, isolation, network), null
     -- until the engine records it; a step with its own has inst.sandbox.
     sandbox = opt(jsontext.plain(run.sandbox)),
+    -- The report directory of the run this one resumed (--resume), or null.
+    resumed_from = opt(run.resumed_from),
   }
 end
 
