@@ -96,32 +96,8 @@ function wf.instances(def, steps)
   return instances
 end
 
-local REPORT_ROOT = ".smolwf"
--- The Cache Directory Tagging Specification (https://bford.info/cachedir/):
--- backup and copy tools (the provider's workspace copy too) skip a
--- directory holding this file, so earlier runs do not nest into later ones.
-local CACHEDIR_TAG = "Signature: 8a477f597d28d172789f06886806bc55\n"
-  .. "# This file is a cache directory tag created by smolwf (workflow reports).\n"
-  .. "# For information about cache directory tags, see https://bford.info/cachedir/\n"
-
-local function tag_report_root(root)
-  local fs = require "smol.fs"
-  local path = root .. "/CACHEDIR.TAG"
-  local lfs = require "lfs"
-  if lfs.attributes(path, "mode") then return end
-  fs.mkdir_p(root)
-  fs.write_file(path, CACHEDIR_TAG)
-end
-wf.tag_report_root = tag_report_root
-
-local function default_report_dir()
-  tag_report_root(REPORT_ROOT)
-  local base = REPORT_ROOT .. "/runs/" .. os.date("%Y%m%d-%H%M%S")
-  local dir, n = base, 1
-  local lfs = require "lfs"
-  while lfs.attributes(dir) do n = n + 1; dir = base .. "-" .. n end
-  return dir
-end
+local runs = require "smol.workflow.runs"
+wf.tag_report_root = function(root) runs.tag(root, "workflow reports") end
 
 local function merged_params(def, params)
   local out = {}
@@ -152,7 +128,7 @@ local function new_run(def, opts, secrets)
     inst.logs = { stdout = base .. ".stdout.log", stderr = base .. ".stderr.log" }
   end
   local ok, report_dir = pcall(function()
-    local dir = opts.report_dir or default_report_dir()
+    local dir = opts.report_dir or runs.new_dir()
     -- logs/ is needed anyway; making it now also proves the directory is
     -- writable before anything runs (else every report would fail at the end).
     fs.mkdir_p(opts.reports == false and dir or (dir .. "/logs"))
@@ -173,7 +149,7 @@ end
 local function report_observers(opts, run)
   local observers = {}
   if opts.reports ~= false then
-    observers[#observers + 1] = require("smol.workflow.logs").new { report_dir = run.report_dir }
+    observers[#observers + 1] = require("smol.workflow.logs").new { report_dir = run.report_dir, cap = opts.log_cap }
   end
   for _, obs in ipairs(opts.observers or {}) do observers[#observers + 1] = obs end
   return observers
@@ -245,6 +221,8 @@ opts (all optional):
   cache_dir   the step cache's directory (default .smolwf/cache)
   cache_read  false: look nothing up (every step runs), still store (--no-cache)
   cache_cap   bytes the cache may hold (default 2 GiB; LRU eviction after the run)
+  keep_runs   runs kept in .smolwf/runs when report_dir is the default (20)
+  log_cap     bytes kept of each step's stdout and stderr log (the tail; 64 MiB)
   resume      a report directory: reuse what succeeded in that run (see smol.workflow.resume)
   explain     set of step names or instance ids whose cache decision on_explain hears
   on_explain  function(inst, lines): why the step ran or was cached
@@ -289,6 +267,10 @@ function wf.run(def, opts)
   S.on_abort = function()
     if opts.reports ~= false then wf.write_reports(run, secrets.masker) end
     if opts.on_abort then opts.on_abort(run) end
+  end
+  if not opts.report_dir and opts.reports ~= false then
+    local ok, err = pcall(runs.prune, opts.keep_runs or runs.DEFAULT_KEEP, { run.report_dir, opts.resume })
+    if not ok then S.warn("removing old runs failed: " .. tostring(err)) end
   end
   runner.drive(S)
   if S.cache then evict(S, opts.cache_cap or require("smol.workflow.cache").DEFAULT_CAP) end

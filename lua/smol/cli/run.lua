@@ -206,7 +206,7 @@ local function run_options(opts, instances, secrets)
   return { jobs = opts.jobs, steps = opts.steps, params = opts.params, keep_going = opts.keep_going,
     report_dir = opts.report_dir, grace = opts.grace, secrets = secrets, profile = opts.profile,
     cache_read = not opts.no_cache, cache_dir = opts.cache_dir, cache_cap = opts.cache_cap,
-    explain = explained_steps(opts, instances),
+    explain = explained_steps(opts, instances), keep_runs = opts.keep_runs, log_cap = opts.log_cap,
     on_explain = function(inst, lines)
       io.stderr:write(secrets.masker:text(("explain %s: %s\n"):format(inst.id, table.concat(lines, "\n"))))
     end }

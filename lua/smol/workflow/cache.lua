@@ -32,9 +32,6 @@ local M = {}
 M.DEFAULT_DIR = ".smolwf/cache"
 M.DEFAULT_CAP = 2 * 1024 ^ 3
 
-local TAG = "Signature: 8a477f597d28d172789f06886806bc55\n"
-  .. "# This file is a cache directory tag created by smolwf (the step cache).\n"
-  .. "# For information about cache directory tags, see https://bford.info/cachedir/\n"
 
 -- Big outputs move into a session in pieces of this size (fs_extra's append).
 local CHUNK = 4 * 1024 * 1024
@@ -57,9 +54,7 @@ function Cache:prepare()
   if self.prepared then return end
   fs.mkdir_p(self.root .. "/tmp")
   fs.mkdir_p(self.root .. "/steps")
-  if lfs.attributes(self.root .. "/CACHEDIR.TAG", "mode") ~= "file" then
-    fs.write_file(self.root .. "/CACHEDIR.TAG", TAG)
-  end
+  require("smol.workflow.runs").tag(self.root, "the step cache")
   self.prepared = true
 end
 

@@ -146,11 +146,13 @@ local function table_html(run)
   return table.concat(out)
 end
 
-local function stream_html(run, rel, stream)
+local function stream_html(run, inst, rel, stream)
   local data, cut = reportdir.read_tail(reportdir.join(run.report_dir, rel), M.MAX_LOG_BYTES)
   local link = string.format('<a href="%s">%s</a>', esc(text.url_path(rel), true), esc(rel))
   if not data or data == "" then return string.format('<h3>%s</h3><p class="empty">empty</p>', stream) end
   local note = cut and string.format(" — last %d KiB shown, full log: %s", M.MAX_LOG_BYTES // 1024, link) or " — " .. link
+  local dropped = inst.log_dropped and inst.log_dropped[stream]
+  if dropped then note = note .. string.format(" (the log dropped the first %s to stay under its cap)", text.bytes(dropped)) end
   return string.format("<h3>%s%s</h3><pre>%s</pre>", stream, note, esc(data))
 end
 
@@ -167,7 +169,7 @@ local function logs_html(run, inst)
   if not has_log_file(run, inst) then return '<p class="empty">no output</p>' end
   local parts = {}
   for _, stream in ipairs({"stdout", "stderr"}) do
-    if inst.logs[stream] then parts[#parts + 1] = stream_html(run, inst.logs[stream], stream) end
+    if inst.logs[stream] then parts[#parts + 1] = stream_html(run, inst, inst.logs[stream], stream) end
   end
   return table.concat(parts, "\n")
 end

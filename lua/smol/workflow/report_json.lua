@@ -52,6 +52,8 @@ local function instance_json(run, inst)
     -- The step cache: {status = "hit"/"miss"/"uncacheable", key, changed, reason, note, stored}.
     cache = opt(inst.cache and jsontext.plain(inst.cache)),
     resumed_from = opt(inst.resumed_from),
+    -- Bytes of the oldest output each log dropped to stay under its cap.
+    logs_dropped = opt(inst.log_dropped and jsontext.plain(inst.log_dropped)),
   }
 end
 

@@ -316,6 +316,14 @@ function M.ran(inst)
   return inst.attempts ~= nil and #inst.attempts > 0
 end
 
+--- "812 B", "3.4 KiB", "64.0 MiB", "1.2 GiB".
+function M.bytes(n)
+  if n < 1024 then return string.format("%d B", n) end
+  local units, i = {"KiB", "MiB", "GiB", "TiB"}, 0
+  repeat n, i = n / 1024, i + 1 until n < 1024 or i == #units
+  return string.format("%.1f %s", n, units[i])
+end
+
 --- "1 artifact", "3 artifacts".
 function M.plural(n, noun)
   return n .. " " .. noun .. (n == 1 and "" or "s")
