@@ -107,19 +107,27 @@ local function parent_of(path)
   return path:match("^(.*)/[^/]*$")
 end
 
+-- The mode a file write_file creates has anyway: giving it costs nothing
+-- but saying it is a slower request.
+local DEFAULT_MODE = 420   -- 0644
+
 --[[
 Puts the entry's outputs back into the session (directories, then files
-with their modes) and returns the step's return value.
+with their modes) and returns the step's return value. `made` (a set of
+directories known to exist in this session, kept by the caller across
+restores) saves asking for them again.
 ]]
-function Cache:restore(manifest, session)
-  local dir, made = self:entry_dir(manifest.key), {}
+function Cache:restore(manifest, session, made)
+  local dir = self:entry_dir(manifest.key)
+  made = made or {}
   local function make_dir(d)
     if d and d ~= "" and d ~= "." and not made[d] then session:create_dir_all(d); made[d] = true end
   end
   for _, d in ipairs(manifest.dirs or {}) do make_dir(d) end
   for _, file in ipairs(manifest.files or {}) do
     make_dir(parent_of(file.path))
-    put_file(session, dir .. "/outputs/" .. file.path, file.path, math.tointeger(file.mode))
+    local mode = math.tointeger(file.mode)
+    put_file(session, dir .. "/outputs/" .. file.path, file.path, mode ~= DEFAULT_MODE and mode or nil)
   end
   local text = fs.read_file(dir .. "/value.lua")
   return luavalue.decode(text)

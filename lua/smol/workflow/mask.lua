@@ -63,18 +63,112 @@ end
 local Masker = {}
 Masker.__index = Masker
 
+--[[
+How common each byte is in what commands print, most common first. Most
+of the cost of masking is looking for each form in every chunk of output;
+a form with a byte the chunk does not have cannot be in it (finding that
+out is one memchr, stopping at the first occurrence), and a form is
+looked for by its rarest byte, where memchr stops least often.
+]]
+local COMMON = " etaoinsrhldcumfpgwybvkxjqz\n.-_/=:,0123456789()ETAOINSRHLDCUMFPGWYBVKXJQZ\"'[]{}<>;+*#@!?%&|^~`$\\\t"
+local RANK = {}
+for i = 1, #COMMON do RANK[COMMON:byte(i)] = i end
+
+local function rarity(b)
+  return RANK[b] or 256
+end
+
+-- The form's distinct bytes, rarest first.
+local function distinct_bytes(form)
+  local bytes, seen = {}, {}
+  for i = 1, #form do
+    local b = form:byte(i)
+    if not seen[b] then seen[b], bytes[#bytes + 1] = true, b end
+  end
+  table.sort(bytes, function(a, b) return rarity(a) > rarity(b) end)
+  return bytes
+end
+
+-- Bytes at least this rare (upper case, digits, punctuation) are worth
+-- sharing as the first byte looked for.
+local RARE = RANK[("0"):byte()]
+
+--[[
+Which byte each form's search starts with: a byte the chunk lacks rules
+out every form that has it, for the price of one scan, so the forms
+share as few first bytes as they can (greedy set cover over their rare
+bytes; a form with none starts with its rarest byte).
+]]
+local function shared_first_bytes(all)
+  local first, left = {}, #all
+  while left > 0 do
+    local count = {}
+    for i, bytes in ipairs(all) do
+      if not first[i] then
+        for _, b in ipairs(bytes) do if rarity(b) >= RARE then count[b] = (count[b] or 0) + 1 end end
+      end
+    end
+    local best, best_n = nil, 0
+    for b, n in pairs(count) do
+      if n > best_n or (n == best_n and rarity(b) > rarity(best)) then best, best_n = b, n end
+    end
+    for i, bytes in ipairs(all) do
+      if not first[i] then
+        local has = false
+        for _, b in ipairs(bytes) do has = has or b == best end
+        if has or not best then first[i], left = best and has and best or bytes[1], left - 1 end
+      end
+    end
+  end
+  return first
+end
+
+-- The search plan of a form: the bytes to check (`first` first, then the
+-- rest rarest first) and where its rarest byte is (the form is looked for
+-- from there: memchr stops least often on it).
+local function search_plan(form, bytes, first)
+  local chars = { string.char(first) }
+  for _, b in ipairs(bytes) do if b ~= first then chars[#chars + 1] = string.char(b) end end
+  local anchor = form:find(string.char(bytes[1]), 1, true)
+  return { chars = chars, anchor = anchor, tail = form:sub(anchor) }
+end
+
 --- A masker for the secret values (strings of MIN_BYTES or more).
 function M.new(values)
   local forms, seen = {}, {}
   for _, v in ipairs(values or {}) do forms_of(v, forms, seen) end
   -- Longest first: a line of a value is part of the whole value.
   table.sort(forms, function(a, b) return #a > #b end)
-  local patterns, longest = {}, 0
+  local bytes = {}
+  for i, f in ipairs(forms) do bytes[i] = distinct_bytes(f) end
+  local first = shared_first_bytes(bytes)
+  local patterns, plans, longest, starts = {}, {}, 0, {}
   for i, f in ipairs(forms) do
-    patterns[i] = f:gsub("%W", "%%%0")
+    patterns[i], plans[i] = f:gsub("%W", "%%%0"), search_plan(f, bytes[i], first[i])
     longest = math.max(longest, #f)
+    local c = f:sub(1, 1)
+    starts[c] = starts[c] or {}
+    table.insert(starts[c], f)
   end
-  return setmetatable({ forms = forms, patterns = patterns, longest = longest }, Masker)
+  return setmetatable({ forms = forms, patterns = patterns, plans = plans, longest = longest,
+    starts = starts }, Masker)
+end
+
+-- Whether s holds `form` (plan: its search plan; present: which bytes s
+-- has, found out as needed, shared by the forms).
+local function contains(s, form, plan, present)
+  for _, c in ipairs(plan.chars) do
+    local has = present[c]
+    if has == nil then has = s:find(c, 1, true) ~= nil; present[c] = has end
+    if not has then return false end
+  end
+  local tail, k, init = plan.tail, plan.anchor, plan.anchor
+  while true do
+    local at = s:find(tail, init, true)
+    if not at then return false end
+    if k == 1 or s:sub(at - k + 1, at - 1) == form:sub(1, k - 1) then return true end
+    init = at + 1
+  end
 end
 
 function Masker:empty()
@@ -84,8 +178,12 @@ end
 --- s with every form of every secret replaced.
 function Masker:text(s)
   if type(s) ~= "string" or #self.forms == 0 then return s end
+  local present = {}
   for i, form in ipairs(self.forms) do
-    if s:find(form, 1, true) then s = s:gsub(self.patterns[i], M.REPLACEMENT) end
+    if contains(s, form, self.plans[i], present) then
+      s = s:gsub(self.patterns[i], M.REPLACEMENT)
+      present = {}
+    end
   end
   return s
 end
@@ -113,19 +211,39 @@ local function safe_cut(self, buf, cut)
   return cut
 end
 
+-- Where buf's end may be the start of a form the next chunk completes:
+-- the first position whose rest is a proper prefix of a form (#buf + 1
+-- when there is none, which is the common case: nothing is held back).
+local function hold_from(m, buf)
+  local from, best = math.max(1, #buf - m.longest + 2), #buf + 1
+  for c, forms in pairs(m.starts) do
+    local q = buf:find(c, from, true)
+    while q and q < best do
+      local rest = buf:sub(q)
+      for _, form in ipairs(forms) do
+        if #form > #rest and form:sub(1, #rest) == rest then best = q; break end
+      end
+      q = buf:find(c, q + 1, true)
+    end
+  end
+  return best
+end
+
 local Stream = {}
 Stream.__index = Stream
 
---- The masked text of `chunk` that can be let out now; up to the longest
---- form's length less one byte is held back (it may be the start of a
---- secret the next chunk ends), until the next feed or flush.
+--- The masked text of `chunk` that can be let out now. An end that may be
+--- the start of a secret the next chunk completes is held back (less than
+--- the longest form), until the next feed or flush.
 function Stream:feed(chunk)
   local m = self.masker
-  local buf = self.held .. chunk
-  local cut = safe_cut(m, buf, math.max(0, #buf - (m.longest - 1)))
-  self.held = buf:sub(cut + 1)
-  if cut <= 0 then return "" end
-  return m:text(cut == #buf and buf or buf:sub(1, cut))
+  local buf = self.held == "" and chunk or self.held .. chunk
+  local p = hold_from(m, buf)
+  -- A form that starts before p and ends after it goes with the held part.
+  if p <= #buf then p = safe_cut(m, buf, p - 1) + 1 end
+  self.held = p <= #buf and buf:sub(p) or ""
+  if p == 1 then return "" end
+  return m:text(p > #buf and buf or buf:sub(1, p - 1))
 end
 
 --- The masked rest of the stream.

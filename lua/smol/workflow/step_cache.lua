@@ -111,7 +111,10 @@ function M.lookup(S, inst, b, env, spec)
   local entry = S.cache:lookup(key)
   local stale = entry and stale_modules(S, entry)
   if entry and S.cache_read and not stale then
-    local value = S.cache:restore(entry, b.session())
+    local session = b.session()
+    S.made_dirs = S.made_dirs or setmetatable({}, { __mode = "k" })
+    S.made_dirs[session] = S.made_dirs[session] or {}
+    local value = S.cache:restore(entry, session, S.made_dirs[session])
     S.cache:touch(key)
     S.used_keys[key] = true
     inst.cache = { status = "hit", key = key }
