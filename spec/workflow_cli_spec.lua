@@ -326,6 +326,21 @@ describe("the example workflows", function()
     assert.is_nil(io.open("scripts/demo/calc", "rb"), "the host's sources stay untouched")
   end)
 
+  it("compilers builds a matrix in isolated sessions, cached the second time, its secret masked", function()
+    local cwd = h.temp_dir()
+    require("smol.fs").mkdir_p(cwd)
+    local script = require("lfs").currentdir() .. "/scripts/compilers.lua"
+    local env = { PATH = os.getenv("PATH"), HOME = os.getenv("HOME"), UPLOAD_TOKEN = "upl0ad-t0ken" }
+    local r = run_cli({ "run", "--no-progress", script }, { cwd = cwd, env = env })
+    assert.are.equal(0, r.code, r.stdout .. r.stderr)
+    assert.matches("upload +skipped .- upload is off", r.stdout)
+    r = run_cli({ "run", "--no-progress", script, "--param", "upload=yes" }, { cwd = cwd, env = env })
+    assert.are.equal(0, r.code, r.stdout .. r.stderr)
+    assert.matches("check%[cc=gcc,opt=%-O0%] +cached", r.stdout)
+    assert.matches("%[upload%] would upload with token %*%*%*\n", r.stdout)
+    assert.is_nil(r.stdout:find("upl0ad-t0ken", 1, true))
+  end)
+
   it("matrix_retry retries every flaky shard once", function()
     local args = with_report_dir { "--jobs", "6", "scripts/matrix_retry.lua" }
     local r = run_cli(args)

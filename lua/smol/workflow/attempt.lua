@@ -169,9 +169,24 @@ function M.step_env(S, inst)
   return env
 end
 
+-- ctx.params of a cached step: the run's parameters, each one the step
+-- reads noted in `reads` (those are part of its result's key).
+local function recording_params(params, reads)
+  return setmetatable({}, {
+    __index = function(_, k) reads[k] = true; return params[k] end,
+    __pairs = function()
+      for k in pairs(params) do reads[k] = true end
+      return next, params, nil
+    end,
+    __newindex = function() error("ctx.params is read-only", 2) end,
+  })
+end
+
 local function new_context(S, inst, n)
+  local params, reads = S.params or S.run.params, private(S, inst).params_read
+  if reads and n > 0 then params = recording_params(params, reads) end
   return context.new(bridge(S, inst), {
-    inputs = inputs_of(S, inst), matrix = inst.matrix, params = S.params or S.run.params,
+    inputs = inputs_of(S, inst), matrix = inst.matrix, params = params,
     env = M.step_env(S, inst), secrets = S.secrets, step = inst.step, id = inst.id, attempt = n,
     report_dir = S.run.report_dir,
   })
@@ -390,12 +405,14 @@ end
 -- runs and a success is stored.
 local function run_cached(S, inst)
   local b = bridge(S, inst)
+  private(S, inst).params_read = {}
   local ok, hit, state = in_own_task(S, inst, step_cache.lookup, S, inst, b, M.step_env(S, inst), M.session_spec(S, inst))
   if not ok then return cache_failure(S, inst, "look the step up", hit) end
   if hit then return hit end
   local outcome = run_attempts(S, inst)
   if outcome.status ~= "success" or not state then return outcome end
-  local stored, failure = in_own_task(S, inst, step_cache.store, S, inst, state, outcome.value, b)
+  local stored, failure = in_own_task(S, inst, step_cache.store, S, inst, state, outcome.value, b,
+    private(S, inst).params_read)
   if not stored then return cache_failure(S, inst, "store the result", failure) end
   return failure or outcome
 end

@@ -5,7 +5,10 @@ smol.workflow.cache_key.
 
   ROOT/CACHEDIR.TAG                 the directory is a cache (backups and the
                                     workspace copy skip it)
-  ROOT/entries/KK/KEY/manifest.json parts, modules, files, size, when made
+  ROOT/index/KK/STATIC.json         the results stored under a static key:
+                                    [{key, dynamic = {part = digest}}],
+                                    most recent first
+  ROOT/entries/KK/KEY/manifest.json parts, dynamic parts, files, size, when made
   ROOT/entries/KK/KEY/value.lua     the return value (smol.workflow.luavalue)
   ROOT/entries/KK/KEY/outputs/...   the output files, by their session path
   ROOT/steps/ID.json                the parts of a step's last stored key,
@@ -170,7 +173,7 @@ end
 --[[
 Stores an entry: the session paths `outputs` names (smol.workflow.glob
 patterns) copied out, the return value's text `value_text`, and the
-manifest fields `info` (parts, modules, step, workflow). A literal output
+manifest fields `info` (parts, dynamic, step, workflow). A literal output
 that does not exist is an error naming it. Returns the entry's size.
 ]]
 function Cache:store(key, info, session, outputs, value_text)
@@ -189,7 +192,7 @@ function Cache:store(key, info, session, outputs, value_text)
     end
     fs.write_file(staging .. "/value.lua", value_text)
     local inv = inventory(staging .. "/outputs", "", { files = {}, dirs = {}, size = 0 })
-    local manifest = { key = key, parts = info.parts, modules = info.modules, step = info.step,
+    local manifest = { key = key, parts = info.parts, dynamic = info.dynamic, step = info.step,
       workflow = info.workflow, created_at = core.time(), files = inv.files, dirs = inv.dirs,
       size = inv.size + #value_text }
     fs.write_file(staging .. "/manifest.json", json.encode(manifest))
@@ -215,13 +218,42 @@ function Cache:commit(key, staging)
   if not moved then fs.remove_tree(staging) end
 end
 
+-- ===== Results under a static key ==========================================
+
+function Cache:index_file(static_key)
+  return ("%s/index/%s/%s.json"):format(self.root, static_key:sub(1, 2), static_key)
+end
+
+--- The results stored under `static_key`: {{key, dynamic}}, most recent first.
+function Cache:variants(static_key)
+  return read_json(self:index_file(static_key)) or {}
+end
+
+-- Results kept per static key: a step whose parameters take turns
+-- (debug, release) finds each of them.
+local MAX_VARIANTS = 16
+
+--- Records a result under its static key (first: the most recent).
+function Cache:add_variant(static_key, variant)
+  self:prepare()
+  local list = { variant }
+  for _, v in ipairs(self:variants(static_key)) do
+    if v.key ~= variant.key and #list < MAX_VARIANTS then list[#list + 1] = v end
+  end
+  local path = self:index_file(static_key)
+  fs.mkdir_p(parent_of(path))
+  local tmp = path .. "." .. core.sha256(tostring(core.now())):sub(1, 8) .. ".tmp"
+  fs.write_file(tmp, json.encode(list))
+  os.rename(tmp, path)
+end
+
 -- ===== The last key of each step, for --explain =============================
 
 function Cache:step_file(workflow, id)
   return ("%s/steps/%s.json"):format(self.root, core.sha256(tostring(workflow), "\0", id))
 end
 
---- What was recorded for the step when its result was last stored: {key, parts, modules}.
+--- What was recorded for the step when its result was last stored: {key, parts, dynamic}.
 function Cache:last(workflow, id)
   return read_json(self:step_file(workflow, id))
 end

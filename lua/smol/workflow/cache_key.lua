@@ -1,6 +1,7 @@
 --[[
 The key of a step instance in the step cache: named parts, each a digest
 (SHA-256, hex), so that --explain can say exactly which part changed.
+The static parts are known before the step runs:
 
   engine              the smolwf version
   code                the step's function (its bytecode, without debug info:
@@ -10,7 +11,6 @@ The key of a step instance in the step cache: named parts, each a digest
                       a loaded module is named, and a project module's
                       source is a dynamic part (below)
   globals             the workflow file's own globals (its environment)
-  param NAME          each parameter (--param, the workflow's params)
   matrix KEY          each matrix value of the instance
   env NAME            each variable of the step's env (workflow + step)
   secrets             the names of the secrets (their values are not in the
@@ -24,11 +24,18 @@ The key of a step instance in the step cache: named parts, each a digest
   outputs             the output patterns
   need ID             each instance it waits for: its key, or its return value
 
-Dynamic parts (module NAME, the source of every project Lua module loaded
-when the step ran) are kept with a stored result and checked when it is
-looked up: a module the step requires inside its function is only known
-once it ran. A project module is one found on package.path outside the
-engine's own directory and the system's (/usr).
+The dynamic parts are only known once the step ran, and are kept with
+each result stored under the static key (a step with several of them has
+several results, told apart by these):
+
+  param NAME          each parameter the step read (ctx.params.NAME), its
+                      value: a parameter it does not read changes nothing
+  module NAME         the source of every project Lua module loaded when the
+                      step ended (one it requires inside its function too)
+
+A project module is one found on package.path outside the engine's own
+directory and the system's (/usr). The key of a result is the digest of
+its static and dynamic parts together.
 ]]
 local core = require "smol.core"
 local env = require "smol.workflow.env"
@@ -83,17 +90,12 @@ function M.project_module_file(name)
   return file
 end
 
---- Digests of the named modules' sources ("missing" when one is gone).
-function M.module_digests(names, memo)
-  local out = {}
-  for name in pairs(names) do
-    if memo[name] == nil then
-      local file = M.project_module_file(name)
-      memo[name] = file and core.sha256_file(file) or "missing"
-    end
-    out[name] = memo[name]
+local function module_digest(name, memo)
+  if memo[name] == nil then
+    local file = M.project_module_file(name)
+    memo[name] = file and core.sha256_file(file) or "missing"
   end
-  return out
+  return memo[name]
 end
 
 --- The project modules loaded now (package.loaded), as a set of names.
@@ -204,6 +206,36 @@ local function named_parts(prefix, t, parts, st, skip)
   end
 end
 
+--[[
+The dynamic parts now, for these part names ("param mode", "module
+projlib"): what each parameter's value and each module's source is in
+this run. `c` has params, secret_params and known; memo caches module
+digests. A secret parameter the step read is named, its value left out.
+]]
+function M.dynamic_now(names, c, memo)
+  local out = {}
+  for name in pairs(names) do
+    local kind, what = name:match("^(%a+) (.*)$")
+    if kind == "module" then
+      out[name] = module_digest(what, memo)
+    elseif kind == "param" and c.secret_params[what] then
+      out[name] = "secret"
+    elseif kind == "param" then
+      local v = c.params[what]
+      out[name] = v == nil and "absent" or core.sha256(fingerprint(v, new_state(c.known), 1))
+    end
+  end
+  return out
+end
+
+--- The dynamic part names of a run: the parameters read and the modules.
+function M.dynamic_names(params_read, modules)
+  local names = {}
+  for k in pairs(params_read) do names["param " .. tostring(k)] = true end
+  for name in pairs(modules) do names["module " .. name] = true end
+  return names
+end
+
 local function profile_text(spec)
   local p = spec.profile or "auto/default"
   if type(p) == "table" then return tostring(p.provider) .. "/" .. tostring(p.name) end
@@ -223,7 +255,7 @@ end
 
 --[[
 The static parts of an instance's key. `c` has: run (the step's function),
-params, secret_params (set), matrix, env, secret_names (set), spec (the
+params and secret_params (set; for dynamic_now), matrix, env, secret_names (set), spec (the
 session spec), base (the host directory inputs are relative to), inputs
 and outputs (lists of patterns), needs ({id = key or value}), known
 (known_values), memo (a per-run table). Returns parts, the project modules
@@ -234,7 +266,6 @@ function M.static_parts(c, hash)
   local st = new_state(c.known)
   local parts = { engine = "smolwf " .. tostring(core.version) .. " cache " .. M.VERSION }
   code_parts(c.run, parts, st)
-  named_parts("param ", c.params, parts, st, c.secret_params)
   named_parts("matrix ", c.matrix, parts, st)
   named_parts("env ", c.env, parts, st, c.secret_names)
   local names = {}
