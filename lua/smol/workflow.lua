@@ -17,12 +17,23 @@ smol.workflow: workflows as Lua tables of steps that run in sandboxes.
     },
   }
 
+Workflow fields besides name, sandbox, jobs, params, steps: env (every
+command of every step), secrets ({NAME = {env = VAR} or {param = name}}:
+commands get $NAME, text leaving the host has them masked; see
+smol.workflow.secrets).
+
 Step fields: name, run(ctx) (required); needs (a name or a list), timeout
-(seconds, per attempt), matrix ({key = {values...}}: one instance per
-combination, "test[shard=2]"), retry {attempts (total, default 1), backoff
-(seconds before the 2nd attempt, doubling after), when(failure) -> bool},
-continue_on_error, always, sandbox (the step's own session, one per
-instance), description. Anything else is an error that names the field.
+(seconds, per attempt), matrix ({key = {values...}, include = {...},
+exclude = {...}}, as GitHub Actions has them: one instance per
+combination, "test[shard=2]"; see smol.workflow.plan), retry {attempts
+(total, default 1), backoff (seconds before the 2nd attempt, doubling
+after), when(failure) -> bool}, continue_on_error, always, sandbox (the
+step's own session, one per instance), isolate (each instance its own
+session, forked from the shared one where the provider can), env (merged
+over the workflow's), when / if (function(ctx) -> bool[, reason]: false
+skips the step), inputs and outputs (file patterns: the step is cached,
+see smol.workflow.step_cache), cache (true: cached without files; false:
+never), description. Anything else is an error that names the field.
 
 ctx: every session method (exec, spawn, read_file, write_file,
 create_dir_all, remove, create_temp_dir, stat, list_dir; the session opens
@@ -30,17 +41,19 @@ on first use), ctx:sh(cmd[, exec_opts]) (sh -c; a non-zero exit raises an
 error naming the command, exit code and last lines of stderr; returns the
 result), ctx:save_artifact(path[, name]) (copies out of the sandbox into
 REPORT_DIR/artifacts/<instance>/<name>, returns the host path),
-ctx.log(...), ctx:session(), and the fields inputs (the needed steps'
-return values by step name; for a matrix step a table by instance id),
-matrix, params, step, id, attempt, report_dir.
+ctx.log(...), ctx:session(), ctx:skip(reason), and the fields inputs (the
+needed steps' return values by step name; for a matrix step a table by
+instance id), matrix, params, env, secrets, step, id, attempt, report_dir.
 
 Semantics: a step runs when all its needs succeeded (or failed with
 continue_on_error). A failure (an error raised, ctx:sh's non-zero exit, a
 timeout) skips its dependents and cancels the running steps (their
 processes are killed) and those not started, unless keep_going; `always`
-steps run once their needs ended, whatever the outcome. A timeout also
-stops Lua code that never yields. The retry predicate receives
-{status, attempt, message, exit_code, timed_out, stderr, error}.
+steps run once their needs ended, whatever the outcome, also after Ctrl-C
+(for a grace period; see smol.workflow.runner). A matrix instance needing
+a matrix step waits for the instances agreeing on their shared keys only.
+A timeout also stops Lua code that never yields. The retry predicate
+receives {status, attempt, message, exit_code, timed_out, stderr, error}.
 
 wf.run(def, opts) runs one and returns the run table of the contract's
 "Workflow run data model"; `smolwf run FILE` is the CLI (smol.cli.run).
