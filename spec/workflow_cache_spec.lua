@@ -146,13 +146,16 @@ describe("the step cache", function()
     fs.write_file(dir .. "/wf.lua", [[
       local wf = require "smol.workflow"
       local out = io.stdout
-      return wf.define{name = "odd", sandbox = {profile = "local/default"}, steps = {
+      return wf.define{name = "odd", sandbox = {profile = "local/default"},
+        secrets = {TOK = {param = "tok"}}, steps = {
+        {name = "secret", cache = true, run = function(ctx) return ctx.secrets.TOK end},
         {name = "userdata", cache = true, run = function() return out ~= nil end},
         {name = "missing", outputs = {"never/made"}, run = function(ctx) ctx:sh("true") end},
         {name = "fn", cache = true, run = function() return function() end end},
         {name = "task", cache = true, run = (function() local t = coroutine.create(print) return function() return t ~= nil end end)()},
       }}]])
-    local r = h.smolwf({ "run", "--no-progress", "--keep-going", "--report-dir", dir .. "/r", "wf.lua" }, { cwd = dir })
+    local r = h.smolwf({ "run", "--no-progress", "--keep-going", "--report-dir", dir .. "/r", "wf.lua",
+      "--param", "tok=t0k3n-value" }, { cwd = dir })
     assert.are.equal(1, r.code)
     local report = cjson.decode((h.read(dir .. "/r/report.json")))
     local by_id = {}
@@ -161,6 +164,7 @@ describe("the step cache", function()
     assert.are.same({ "failed", "the declared output `never/made` is not there after the step succeeded" },
       { by_id.missing.status, by_id.missing.error })
     assert.are.equal("not stored: its return value holds a function", by_id.fn.cache.note)
+    assert.are.equal("not stored: its return value holds a secret", by_id.secret.cache.note)
     assert.are.same({ "success", "uncacheable" }, { by_id.task.status, by_id.task.cache.status })
     assert.matches("it closes over a thread", by_id.task.cache.reason)
   end)
