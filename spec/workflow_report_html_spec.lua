@@ -30,13 +30,18 @@ local function pid_namespace_prefix()
 end
 
 -- Runs headless Chromium on the page with its own throwaway profile directory.
+-- Its TMPDIR is a short directory of its own: it makes a Unix socket there
+-- (a path of at most 107 bytes, which a build tree's TMPDIR can pass),
+-- and what it leaves there goes with the directory.
 local function chromium(chrome, profile, args, page)
+  local tmp = assert(require("smol.core").mkdtemp("/tmp/smolwf-chromium-XXXXXX"))
   -- HOME too: as an unprivileged user (HOME=/nonexistent) the crash handler fails to start.
-  local cmd = string.format("HOME=%q timeout 60 %s%q %s --user-data-dir=%q %s %q 2>/dev/null",
-    profile, pid_namespace_prefix(), chrome, CHROMIUM_FLAGS, profile, args, "file://" .. page)
+  local cmd = string.format("HOME=%q TMPDIR=%q timeout 60 %s%q %s --user-data-dir=%q %s %q 2>/dev/null",
+    profile, tmp, pid_namespace_prefix(), chrome, CHROMIUM_FLAGS, profile, args, "file://" .. page)
   local p = io.popen(cmd)
   local out = p:read("a")
   local ok, _, code = p:close()
+  require("smol.fs").remove_tree(tmp)
   assert(ok, "chromium failed (exit " .. tostring(code) .. "): " .. cmd)
   return out
 end
