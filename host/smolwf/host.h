@@ -7,7 +7,7 @@
 ** (terminal questions), b64.c, conn.c (a provider connection: its wire,
 ** behind conn.h), json_lua.c (cJSON values as Lua values), command.c
 ** (exec/spawn params), write.c, capture.c, fs.c, os.c (system calls Lua
-** lacks),
+** lacks), hash.c (SHA-256 for the step cache),
 ** core.c (the smol.core module table), introspect.c (what the host holds,
 ** for test harnesses), exitpath.c (orderly shutdown),
 ** luapath.c (package.path), cli.c and main.c (the command line).
