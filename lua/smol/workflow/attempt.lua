@@ -1,10 +1,12 @@
--- One instance's life: its attempts (each in its own task, so that a
--- timeout or a cancel stops the step's code and, through the sandbox client,
--- kills its processes), retries with backoff, and its final status.
+-- One instance's life: its `when` condition, then the result a resumed run
+-- reuses, or the step cache's (smol.workflow.step_cache), or its attempts
+-- (each in its own task, so that a timeout or a cancel stops the step's
+-- code and, through the sandbox client, kills its processes) with retries
+-- and backoff; and its final status.
 local task = require "smol.task"
 local core = require "smol.core"
 local context = require "smol.workflow.context"
-local files = require "smol.workflow.files"
+local bridge = require "smol.workflow.bridge"
 local observe = require "smol.workflow.observe"
 local text = require "smol.workflow.text"
 local step_cache = require "smol.workflow.step_cache"
@@ -24,124 +26,6 @@ function M.cancel(S, inst, kind, reason)
   if kind == "cancelled" then p.cancel_reason = p.cancel_reason or reason end
   if p.task and not p.task:done() then p.task:cancel(reason) end
   if p.wake then p.wake:set() end
-end
-
--- The live view shows one line; a longer one is cut to its last bytes.
-local LAST_LINE_MAX = 1024
-local NL, CR = 10, 13
-
--- The last non-empty line of an output chunk (or `previous` when it has
--- none), found by scanning back from the end: output arrives in many
--- chunks, so the cost must not grow with the chunk's size (a pattern
--- anchored only at "$" is retried from every byte).
-function M.last_line_of(chunk, previous)
-  local stop = #chunk
-  while stop > 0 do
-    local b = chunk:byte(stop)
-    if b ~= NL and b ~= CR then break end
-    stop = stop - 1
-  end
-  if stop == 0 then return previous end
-  local start, limit = stop, math.max(1, stop - LAST_LINE_MAX + 1)
-  while start > limit do
-    local b = chunk:byte(start - 1)
-    if b == NL or b == CR then break end
-    start = start - 1
-  end
-  -- A cut line must not start inside a UTF-8 sequence (continuation bytes).
-  while start < stop and chunk:byte(start) & 0xC0 == 0x80 do start = start + 1 end
-  return chunk:sub(start, stop)
-end
-
--- How much of a command's stderr an instance keeps for the views
--- (inst.stderr_tail): the last lines of a failed step's stderr show under
--- it in the live view and the summary; the logs have all of it.
-local STDERR_TAIL_BYTES = 8 * 1024
-
-function M.keep_tail(previous, chunk)
-  local s = previous and previous .. chunk or chunk
-  if #s > STDERR_TAIL_BYTES then s = s:sub(-STDERR_TAIL_BYTES) end
-  return s
-end
-
--- Listed in inst.artifacts only once completely written (copy_out is all
--- or nothing and raises on failure).
-local function save_artifact(S, inst, session, path, name)
-  local rel = "artifacts/" .. files.safe_name(inst.id) .. "/"
-    .. files.check_relative(name or files.basename(path))
-  local dest = S.run.report_dir .. "/" .. rel
-  local ok, err = pcall(files.copy_out, session, path, dest)
-  if not ok then
-    -- A cancel or a timeout must stay what it is (the runner classifies it).
-    if type(err) == "table" and (err.code == "cancelled" or err.code == "timeout") then error(err, 0) end
-    local errors = require "smol.errors"
-    local structured = errors.is(err)
-    errors.raise{code = structured and err.code or "io_error", op = "save_artifact", path = path,
-      message = (structured and not err.op) and err.message or tostring(err)}
-  end
-  for _, known in ipairs(inst.artifacts) do if known == rel then return dest end end
-  inst.artifacts[#inst.artifacts + 1] = rel
-  return dest
-end
-
--- The context's only way to reach the runner (see context.lua).
--- The session an instance uses: the workflow's shared one, or its own
--- (the step names a sandbox, or says `isolate = true`: then it is forked
--- from the shared session where the provider can fork one).
-function M.session_key(S, inst)
-  local def = S.defs[inst.id]
-  if def.sandbox or def.isolate then return "step:" .. inst.id end
-  return "workflow"
-end
-
--- The sandbox spec of an instance's session: the step's own or the
--- workflow's, with the profile --profile names instead of theirs.
-function M.session_spec(S, inst)
-  local spec = S.defs[inst.id].sandbox or S.sandbox
-  if not S.profile then return spec end
-  local copy = {}
-  for k, v in pairs(spec) do copy[k] = v end
-  copy.profile = S.profile
-  return copy
-end
-
-local function bridge(S, inst)
-  local def = S.defs[inst.id]
-  local key = M.session_key(S, inst)
-  local spec = M.session_spec(S, inst)
-  local from = def.isolate and not def.sandbox and "workflow" or nil
-  local b, masked = {}, {}
-  local masker = S.masker
-  -- Output reaches the logs and the views with the secrets masked; a
-  -- secret split between two chunks is held back until the next one.
-  local function emit(stream, chunk)
-    if chunk == "" then return end
-    inst.last_line = M.last_line_of(chunk, inst.last_line)
-    if stream == "stderr" then inst.stderr_tail = M.keep_tail(inst.stderr_tail, chunk) end
-    observe.notify(S, "step_output", inst, stream, chunk)
-  end
-  function b.session()
-    local session = S.sessions:get(key, spec, from)
-    inst.sandbox = inst.sandbox or S.sessions:info(key)
-    return session
-  end
-  function b.command_started() inst.stderr_tail = nil end
-  function b.output(_, stream, chunk)
-    if not masker or masker:empty() then return emit(stream, chunk) end
-    masked[stream] = masked[stream] or masker:stream()
-    emit(stream, masked[stream]:feed(chunk))
-  end
-  function b.flush_output()
-    for stream, m in pairs(masked) do emit(stream, m:flush()) end
-  end
-  function b.log(_, message)
-    if masker then message = masker:text(message) end
-    inst.last_line = message
-    observe.notify(S, "step_log", inst, message)
-  end
-  function b.artifact(_, path, name) return save_artifact(S, inst, b.session(), path, name) end
-  function b.exit_code(_, code) inst.exit_code = code end
-  return b
 end
 
 -- ctx.inputs: the needed steps' return values by step name; for a matrix
@@ -185,7 +69,7 @@ end
 local function new_context(S, inst, n)
   local params, reads = S.params or S.run.params, private(S, inst).params_read
   if reads and n > 0 then params = recording_params(params, reads) end
-  return context.new(bridge(S, inst), {
+  return context.new(bridge.new(S, inst), {
     inputs = inputs_of(S, inst), matrix = inst.matrix, params = params,
     env = M.step_env(S, inst), secrets = S.secrets, step = inst.step, id = inst.id, attempt = n,
     report_dir = S.run.report_dir,
@@ -404,9 +288,9 @@ end
 -- Runs the instance through the step cache: a hit is its outcome; else it
 -- runs and a success is stored.
 local function run_cached(S, inst)
-  local b = bridge(S, inst)
+  local b = bridge.new(S, inst)
   private(S, inst).params_read = {}
-  local ok, hit, state = in_own_task(S, inst, step_cache.lookup, S, inst, b, M.step_env(S, inst), M.session_spec(S, inst))
+  local ok, hit, state = in_own_task(S, inst, step_cache.lookup, S, inst, b, M.step_env(S, inst), bridge.session_spec(S, inst))
   if not ok then return cache_failure(S, inst, "look the step up", hit) end
   if hit then return hit end
   local outcome = run_attempts(S, inst)
@@ -422,7 +306,7 @@ end
 local function reused(S, inst, record)
   local resume = require "smol.workflow.resume"
   if record.key then
-    S.cache:restore(assert(S.cache:lookup(record.key)), bridge(S, inst).session())
+    S.cache:restore(assert(S.cache:lookup(record.key)), bridge.new(S, inst).session())
     S.cache_keys[inst.id], S.used_keys[record.key] = record.key, true
     inst.cache = { status = "reused", key = record.key }
   end
@@ -447,7 +331,7 @@ function M.run_instance(S, inst)
   S.outputs[inst.id] = outcome.value
   inst.value = outcome.value
   if outcome.status == "skipped" then inst.skipped_by_condition = true end
-  local key = M.session_key(S, inst)
+  local key = bridge.session_key(S, inst)
   if key ~= "workflow" then
     local err = S.sessions:close(key)
     if err then S.warn(("closing the session of %s failed: %s"):format(inst.id, err)) end
