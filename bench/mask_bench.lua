@@ -41,7 +41,7 @@ local function timed(with_secrets)
       env["s" .. i] = v
     end
   end
-  local def = wf.define { name = "mask-bench", sandbox = { profile = "local/default" }, secrets = secrets,
+  local def = wf.define { name = "mask-bench", sandbox = { profile = "local/default", workspace = "" }, secrets = secrets,
     steps = { { name = "flood", run = function(ctx) ctx:exec { "sh", "-c", COMMAND, capture = false } end } } }
   local report_dir = fs.temp_dir("smolwf-mask-bench")
   local t0, c0 = core.now(), os.clock()

@@ -182,7 +182,7 @@ describe("smolwf run", function()
     -- (Lua shortens a long chunk name from its start: "...tmp/x/smol/wf.lua")
     assert.matches("^smolwf run: [^\n]*/smol/wf%.lua:2: attempt to index a nil value", r.stderr)
     assert.matches("\nstack traceback:\n\t[^\n]*/smol/wf%.lua:2: in main chunk", r.stderr)
-    fs.write_file(dir .. "/plain.lua", 'local sb <close> = require("smol.sandbox").open{profile = "local/default"}\n'
+    fs.write_file(dir .. "/plain.lua", 'local sb <close> = require("smol.sandbox").open{profile = "local/default", workspace = ""}\n'
       .. 'sb:exec{"echo", 5}\n')
     r = run_cli { "run", dir .. "/plain.lua" }
     assert.are.equal(1, r.code)

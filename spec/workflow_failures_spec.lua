@@ -9,7 +9,7 @@ local h = require "spec.workflow_helpers"
 local fixtures = (debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "fixtures/"
 local helpers = dofile(fixtures .. "report_helpers.lua")
 
-local LOCAL = { profile = "local/default" }
+local LOCAL = { profile = "local/default", workspace = "" }
 
 local function run(def, opts)
   opts = opts or {}

@@ -6,7 +6,7 @@ local wf = require "smol.workflow"
 local task = require "smol.task"
 local h = require "spec.workflow_helpers"
 
-local LOCAL = { profile = "local/default" }
+local LOCAL = { profile = "local/default", workspace = "" }
 
 local function run(def, opts)
   opts = opts or {}
