@@ -193,6 +193,28 @@ describe("smolwf command line", function()
     assert.matches("smolwf: unknown command 'nosuchcommand'", r.err)
   end)
 
+  it("suggests the command or option a typo meant", function()
+    local r = smolwf({"rnu", "wf.lua"})
+    assert.same({1, "smolwf: unknown command 'rnu' (did you mean 'run'?)\n"}, {r.code, r.err})
+    r = smolwf({"provider-chek"})
+    assert.matches("did you mean 'provider%-check'%?", r.err)
+    r = smolwf({"--pth", dir})
+    assert.equal(1, r.code)
+    assert.matches("^smolwf: unrecognized option '%-%-pth' %(did you mean '%-%-path'%?%)\nusage:", r.err)
+  end)
+
+  it("refuses to silently do nothing with a file that returns a workflow", function()
+    local file = dir .. "/wf.lua"
+    write_file(file, [[return require("smol.workflow").define{steps = {
+      {name = "a", run = function() print("ran a") end}}}]])
+    local r = smolwf({file})
+    assert.equal(1, r.code)
+    assert.equal("", r.out)
+    assert.equal(("smolwf: %s returned a workflow; run it with: smolwf run %s\n"):format(file, file), r.err)
+    write_file(file, "return {answer = 42}")
+    assert.same({0, ""}, {smolwf({file}).code, smolwf({file}).err})
+  end)
+
   it("reports an error in a loop callback and exits non-zero", function()
     local r = smolwf({"-e", [[
       local core = require "smol.core"

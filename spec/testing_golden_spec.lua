@@ -66,6 +66,17 @@ describe("testing.golden", function()
     assert.same("\0\1\255", read(dir .. "/bytes.bin"))
   end)
 
+  it("counts a mismatch as a failure of the test, not an error, at the test's line", function()
+    write(dir .. "/g.txt", "expected\n")
+    local spec = dir .. "/mismatch_spec.lua"
+    write(spec, ('local golden = require "smol.testing.golden"\ngolden.dir = %q\n'
+      .. 'it("differs", function()\n  require("smol.testing").golden("g.txt", "actual\\n")\nend)\n')
+      :format(dir))
+    local r = require("smol.sandbox").host{}:exec{core.exe_path(), "test", "-o", "plainTerminal", spec}
+    assert.matches("0 successes / 1 failure / 0 errors / 0 pending", r.stdout)
+    assert.matches("\nFailure %-> [^\n]*mismatch_spec%.lua @ 3\ndiffers\n[^\n]*mismatch_spec%.lua:4: golden file", r.stdout)
+  end)
+
   it("refuses names that leave the golden directory and bad arguments", function()
     assert.matches("must stay inside", failure_of(testing.golden, "../escape.txt", "x"))
     assert.matches("must stay inside", failure_of(testing.golden, "/etc/passwd", "x"))

@@ -19,11 +19,11 @@ end
 describe("smolwf run", function()
   after_each(h.cleanup)
 
-  it("parses options up to FILE and leaves the rest to the script", function()
+  it("takes options anywhere before `--` and gives the script the rest", function()
     local cli = require "smol.cli.run"
-    local o = cli.parse { "--jobs", "3", "--step=b", "--step", "c", "--param", "k=v=w",
+    local o = cli.parse { "--jobs", "3", "--step=b", "wf.lua", "a", "--step", "c", "--param", "k=v=w",
       "--keep-going", "--json", "--no-progress", "--report-dir=out", "--path", "lib",
-      "--list", "--dry-run", "wf.lua", "--jobs", "x" }
+      "--list", "--dry-run", "b", "--", "--jobs", "x" }
     assert.are.equal(3, o.jobs)
     assert.are.same({ "b", "c" }, o.steps)
     assert.are.same({ k = "v=w" }, o.params)
@@ -31,13 +31,34 @@ describe("smolwf run", function()
     assert.are.equal("out", o.report_dir)
     assert.is_true(o.keep_going and o.json and o.no_progress and o.list and o.dry_run)
     assert.are.equal("wf.lua", o.file)
-    assert.are.same({ "--jobs", "x" }, o.script_args)
+    assert.are.same({ "a", "b", "--jobs", "x" }, o.script_args)
     assert.are.equal("-opt", cli.parse({ "--", "-opt" }).file)
     local ok, err = pcall(cli.parse, { "--param", "novalue", "f" })
     assert.is_false(ok)
     assert.matches("%-%-param needs KEY=VALUE, got 'novalue'", tostring(err))
-    ok, err = pcall(cli.parse, { "--step" })
+    ok, err = pcall(cli.parse, { "f", "--step" })
     assert.matches("%-%-step needs a value", tostring(err))
+    assert.are.equal("mermaid", cli.parse({ "--graph", "mermaid", "f" }).graph)
+    assert.are.same({ "dot", "f" }, { cli.parse({ "--graph", "f" }).graph, cli.parse({ "--graph", "f" }).file })
+  end)
+
+  it("applies options given after FILE to the run (they used to become the script's arg)", function()
+    local args, dir = with_report_dir { FIX .. "fail.lua", "--keep-going", "--jobs", "1" }
+    local r = run_cli(args)
+    assert.are.equal(1, r.code, r.stderr)
+    local report = require("cjson").decode(h.read(dir .. "/report.json"))
+    assert.are.equal(1, report.jobs)
+    assert.matches("fail failure in .* 1 failed, 1 skipped", r.stdout)
+  end)
+
+  it("suggests the option meant for a misspelled one", function()
+    local r = run_cli { "run", FIX .. "ok.lua", "--keepgoing" }
+    assert.are.equal(2, r.code)
+    assert.are.equal("smolwf run: unknown option '--keepgoing' (did you mean '--keep-going'?)\n", r.stderr)
+    r = run_cli { "run", "--job=2", FIX .. "ok.lua" }
+    assert.matches("unknown option '%-%-job=2' %(did you mean '%-%-jobs'%?%)", r.stderr)
+    r = run_cli { "run", FIX .. "ok.lua", "-x" }
+    assert.matches("unknown option '%-x' %(.*options for the script go after `%-%-`%)", r.stderr)
   end)
 
   it("prints its usage with --help", function()
@@ -151,6 +172,40 @@ describe("smolwf run", function()
     assert.is_nil(r.stderr:find("smol/", 1, true), "the engine's frames are noise here: " .. r.stderr)
   end)
 
+  it("keeps an error's message when it names a path with /smol/ in it", function()
+    local dir = h.temp_dir()
+    local fs = require "smol.fs"
+    fs.mkdir_p(dir .. "/smol")
+    fs.write_file(dir .. "/smol/wf.lua", "local t = nil\nreturn t.field\n")
+    local r = run_cli { "run", dir .. "/smol/wf.lua" }
+    assert.are.equal(1, r.code)
+    -- (Lua shortens a long chunk name from its start: "...tmp/x/smol/wf.lua")
+    assert.matches("^smolwf run: [^\n]*/smol/wf%.lua:2: attempt to index a nil value", r.stderr)
+    assert.matches("\nstack traceback:\n\t[^\n]*/smol/wf%.lua:2: in main chunk", r.stderr)
+    fs.write_file(dir .. "/plain.lua", 'local sb <close> = require("smol.sandbox").open{profile = "local/default", workspace = ""}\n'
+      .. 'sb:exec{"echo", 5}\n')
+    r = run_cli { "run", dir .. "/plain.lua" }
+    assert.are.equal(1, r.code)
+    assert.matches("sandbox: exec: argv%[2%] must be a string\nstack traceback:\n", r.stderr)
+    assert.is_nil(r.stderr:find("lua/smol/", (r.stderr:find("traceback", 1, true)), true), r.stderr)
+  end)
+
+  it("shows a table error's fields, and an os.exit in a step as what it was", function()
+    local args, dir = with_report_dir { FIX .. "table_error.lua" }
+    local r = run_cli(args)
+    assert.are.equal(3, r.code, r.stderr)
+    assert.matches("raises +failed .- error {code = 7, why = \"on purpose\"}", r.stdout)
+    assert.is_nil(r.stdout:find("table: 0x", 1, true), r.stdout)
+    local report = require("cjson").decode(h.read(dir .. "/report.json"))
+    local by_id = {}
+    for _, inst in ipairs(report.instances) do by_id[inst.id] = inst end
+    assert.are.equal("failed", by_id.exits.status)
+    assert.are.equal("called os.exit(3), which ends the whole run", by_id.exits.error)
+    assert.are.equal("cancelled", by_id.after.status)
+    assert.are.equal("step 'exits' called os.exit(3)", by_id.after.error)
+    assert.are.equal("failure", report.result)
+  end)
+
   it("lists the steps as a tree, and prints a dry run in order", function()
     local r = run_cli { "run", "--list", FIX .. "ok.lua" }
     assert.are.equal(0, r.code)
@@ -201,6 +256,62 @@ describe("smolwf run", function()
     end
     assert.is_true(cancelled > 0, "no step was cancelled while running: " .. text)
   end)
+
+  -- Runs finally.lua; `signals` is a list of {signal, wait_for = file} sent
+  -- in order once the file has a pid. Returns the result and the report.
+  local function interrupted_run(signals, extra)
+    local files = { pidfile = h.temp_dir(), finpid = h.temp_dir(), marker = h.temp_dir() }
+    local dir = h.temp_dir()
+    local args = { "run", "--no-progress", "--report-dir", dir, FIX .. "finally.lua",
+      "--param", "pidfile=" .. files.pidfile, "--param", "finpid=" .. files.finpid,
+      "--param", "marker=" .. files.marker }
+    for _, a in ipairs(extra or {}) do args[#args + 1] = a end
+    local r = run_cli(args, { on_started = function(proc)
+      task.spawn(function()
+        for _, s in ipairs(signals) do
+          assert(h.read_pid(files[s.wait_for], 10), s.wait_for .. " never written")
+          proc:kill(s[1])
+        end
+      end)
+    end })
+    local report = require("cjson").decode((assert(h.read(dir .. "/report.json"))))
+    local by_id = {}
+    for _, inst in ipairs(report.instances) do by_id[inst.id] = inst end
+    return r, by_id, files, report
+  end
+
+  it("runs the `always` steps after Ctrl-C, then exits 130", function()
+    local r, by_id, files, report = interrupted_run({ { "INT", wait_for = "pidfile" } }, { "--param", "finsleep=0.1" })
+    assert.are.equal(130, r.code, r.stderr)
+    assert.are.equal("done\n", h.read(files.marker), "the cleanup step did not run to its end")
+    assert.are.same({ "cancelled", "interrupted" }, { by_id.long.status, by_id.long.error })
+    assert.are.equal("success", by_id.cleanup.status)
+    assert.are.equal("cancelled", report.result)
+    local pid = assert(h.read_pid(files.pidfile, 0))
+    assert.is_true(h.wait_until(function() return not h.alive(pid) end, 5))
+  end)
+
+  it("treats TERM the same way (exit 143), and cancels `always` steps after the grace period", function()
+    local r, by_id, files = interrupted_run({ { "TERM", wait_for = "pidfile" } },
+      { "--param", "finsleep=30", "--grace", "0.5" })
+    assert.are.equal(143, r.code, r.stderr)
+    assert.are.equal("interrupted by SIGTERM", by_id.long.error)
+    assert.are.same({ "cancelled", "the 0.5s grace period after the interrupt ran out" },
+      { by_id.cleanup.status, by_id.cleanup.error })
+    assert.is_nil(h.read(files.marker))
+    local pid = assert(h.read_pid(files.finpid, 0))
+    assert.is_true(h.wait_until(function() return not h.alive(pid) end, 5))
+  end)
+
+  it("skips the `always` steps on a second Ctrl-C", function()
+    local r, by_id, files = interrupted_run({ { "INT", wait_for = "pidfile" }, { "INT", wait_for = "finpid" } },
+      { "--param", "finsleep=30" })
+    assert.are.equal(130, r.code, r.stderr)
+    assert.are.same({ "cancelled", "interrupted again: `always` steps skipped" },
+      { by_id.cleanup.status, by_id.cleanup.error })
+    local pid = assert(h.read_pid(files.finpid, 0))
+    assert.is_true(h.wait_until(function() return not h.alive(pid) end, 5))
+  end)
 end)
 
 describe("the example workflows", function()
@@ -213,6 +324,22 @@ describe("the example workflows", function()
     local tarball = h.read(dir .. "/artifacts/package/calc.tar.gz")
     assert.is_truthy(tarball and #tarball > 100)
     assert.is_nil(io.open("scripts/demo/calc", "rb"), "the host's sources stay untouched")
+  end)
+
+  it("compilers builds a matrix in isolated sessions, cached the second time, its secret masked", function()
+    local cwd = h.temp_dir()
+    require("smol.fs").mkdir_p(cwd)
+    local script = require("lfs").currentdir() .. "/scripts/compilers.lua"
+    local env = { PATH = os.getenv("PATH"), HOME = os.getenv("HOME"), UPLOAD_TOKEN = "upl0ad-t0ken" }
+    local r = run_cli({ "run", "--no-progress", script }, { cwd = cwd, env = env })
+    assert.are.equal(0, r.code, r.stdout .. r.stderr)
+    assert.matches("upload +skipped .- upload is off", r.stdout)
+    r = run_cli({ "run", "--no-progress", script, "--param", "upload=yes" }, { cwd = cwd, env = env })
+    assert.are.equal(0, r.code, r.stdout .. r.stderr)
+    assert.matches("check%[cc=gcc,opt=%-O0%] +cached", r.stdout)
+    local log = h.read(cwd .. "/" .. r.stdout:match("\nreport: ([^\n]+)") .. "/logs/upload.stdout.log")
+    assert.are.equal("would upload with token ***\n", log)
+    assert.is_nil(r.stdout:find("upl0ad-t0ken", 1, true))
   end)
 
   it("matrix_retry retries every flaky shard once", function()

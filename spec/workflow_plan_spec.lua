@@ -64,3 +64,78 @@ describe("workflow plan", function()
     }, "\n"), plan.tree(def))
   end)
 end)
+
+describe("workflow matrix include and exclude (GitHub Actions semantics)", function()
+  local function combos(matrix)
+    local out = {}
+    for _, inst in ipairs(plan.instances { steps = { { name = "t", matrix = matrix, run = noop } } }) do
+      out[#out + 1] = inst.id
+    end
+    return out
+  end
+
+  it("adds include values to the combinations they fit, and makes new ones of the rest", function()
+    -- The example of GitHub's documentation, "Expanding or adding matrix configurations".
+    assert.are.same({
+      "t[animal=cat,color=pink,fruit=apple,shape=circle]",
+      "t[animal=cat,color=pink,fruit=pear]",
+      "t[animal=dog,color=green,fruit=apple,shape=circle]",
+      "t[animal=dog,color=green,fruit=pear]",
+      "t[fruit=banana]",
+      "t[animal=cat,fruit=banana]",
+    }, combos { fruit = { "apple", "pear" }, animal = { "cat", "dog" }, include = {
+      { color = "green" }, { color = "pink", animal = "cat" }, { fruit = "apple", shape = "circle" },
+      { fruit = "banana" }, { fruit = "banana", animal = "cat" } } })
+  end)
+
+  it("removes the combinations an exclude entry matches, before includes", function()
+    assert.are.same({ "t[cc=gcc,opt=-O0]", "t[cc=gcc,opt=-O2]", "t[cc=clang,opt=-O2]", "t[cc=clang,opt=-O0,san=asan]" },
+      combos { cc = { "gcc", "clang" }, opt = { "-O0", "-O2" }, exclude = { { cc = "clang", opt = "-O0" } },
+        include = { { cc = "clang", opt = "-O0", san = "asan" } } })
+    assert.are.same({ "t[os=linux]", "t[os=mac]" }, combos { include = { { os = "linux" }, { os = "mac" } } })
+  end)
+
+  it("refuses a matrix that excludes everything or gives a combination twice", function()
+    local wf = require "smol.workflow"
+    local ok, err = pcall(wf.define, { steps = { { name = "t", run = noop,
+      matrix = { cc = { "gcc" }, exclude = { { cc = "gcc" } } } } } })
+    assert.is_false(ok)
+    assert.matches("step 't': its matrix excludes every combination", tostring(err))
+    ok, err = pcall(wf.define, { steps = { { name = "t", run = noop,
+      matrix = { include = { { os = "a" }, { os = "a" } } } } } })
+    assert.matches("step 't': the matrix gives t%[os=a%] twice", tostring(err))
+    ok, err = pcall(wf.define, { steps = { { name = "t", run = noop, matrix = { cc = { "gcc" }, exclude = { "gcc" } } } } })
+    assert.matches("field 'matrix' must be", tostring(err))
+  end)
+end)
+
+describe("workflow needs between matrix steps", function()
+  local function needs_of(def)
+    local out = {}
+    for _, inst in ipairs(plan.instances(def)) do out[inst.id] = table.concat(inst.needs, " ") end
+    return out
+  end
+
+  it("makes a matrix instance wait only for the instances that agree on the keys both have", function()
+    local n = needs_of { steps = {
+      { name = "build", matrix = { cc = { "gcc", "clang" } }, run = noop },
+      { name = "test", needs = "build", matrix = { cc = { "gcc", "clang" }, opt = { "-O0", "-O2" } }, run = noop },
+      { name = "lint", needs = "build", matrix = { tool = { "a" } }, run = noop },
+      { name = "package", needs = "test", run = noop },
+    } }
+    assert.are.equal("build[cc=gcc]", n["test[cc=gcc,opt=-O0]"])
+    assert.are.equal("build[cc=clang]", n["test[cc=clang,opt=-O2]"])
+    assert.are.equal("build[cc=gcc] build[cc=clang]", n["lint[tool=a]"])
+    assert.are.equal(4, select(2, n.package:gsub("test%[", "")))
+  end)
+
+  it("refuses a matrix instance that no instance of a needed step matches", function()
+    local wf = require "smol.workflow"
+    local ok, err = pcall(wf.define, { steps = {
+      { name = "build", matrix = { cc = { "gcc" } }, run = noop },
+      { name = "test", needs = "build", matrix = { cc = { "gcc", "icc" } }, run = noop },
+    } })
+    assert.is_false(ok)
+    assert.matches("test%[cc=icc%] needs 'build', but no instance of 'build' has its matrix values", tostring(err))
+  end)
+end)

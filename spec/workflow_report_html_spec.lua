@@ -29,11 +29,16 @@ local function pid_namespace_prefix()
   return "bwrap --dev-bind / / --proc /proc --unshare-pid --die-with-parent "
 end
 
--- Runs headless Chromium on the page with its own throwaway profile directory.
+-- Runs headless Chromium on the page with a throwaway profile directory,
+-- which is also its HOME and its TMPDIR: a short path outside the build
+-- tree, because Chromium makes a Unix socket in TMPDIR (a path of at most
+-- 107 bytes, which a build tree's TMPDIR can pass) and links it from the
+-- profile, and a spec copying the checkout as a workspace must not meet
+-- them half removed.
 local function chromium(chrome, profile, args, page)
   -- HOME too: as an unprivileged user (HOME=/nonexistent) the crash handler fails to start.
-  local cmd = string.format("HOME=%q timeout 60 %s%q %s --user-data-dir=%q %s %q 2>/dev/null",
-    profile, pid_namespace_prefix(), chrome, CHROMIUM_FLAGS, profile, args, "file://" .. page)
+  local cmd = string.format("HOME=%q TMPDIR=%q timeout 60 %s%q %s --user-data-dir=%q %s %q 2>/dev/null",
+    profile, profile, pid_namespace_prefix(), chrome, CHROMIUM_FLAGS, profile, args, "file://" .. page)
   local p = io.popen(cmd)
   local out = p:read("a")
   local ok, _, code = p:close()
@@ -175,8 +180,8 @@ describe("workflow report.html", function()
   describe("in headless Chromium", function()
     local chrome = helpers.which("chromium")
     local profile
-    before_each(function() profile = helpers.tmpdir() end)
-    after_each(function() helpers.rmtree(profile) end)
+    before_each(function() profile = assert(require("smol.core").mkdtemp("/tmp/smolwf-chromium-XXXXXX")) end)
+    after_each(function() require("smol.fs").remove_tree(profile) end)
 
     it("renders the steps and the SVG timeline", function()
       if not chrome then pending("chromium not installed (apt-get install chromium)"); return end

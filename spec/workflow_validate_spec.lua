@@ -34,7 +34,7 @@ describe("workflow validation", function()
 
   it("lists the known fields when nothing is close", function()
     local msg = problems_of { steps = { { name = "a", run = noop, zzzzzzzzzz = 1 } } }
-    assert.matches("unknown field 'zzzzzzzzzz' %(known fields: always, continue_on_error", msg)
+    assert.matches("unknown field 'zzzzzzzzzz' %(known fields: always, cache, continue_on_error", msg)
   end)
 
   it("names a field of the wrong type and what it must be", function()

@@ -7,6 +7,12 @@
 
 #include <string.h>
 
+#include <lauxlib.h>
+
+/* What a misspelled word is compared with for a "did you mean". */
+static const char *const COMMANDS[] = {"run", "test", "provider", "provider-check", NULL};
+static const char *const OPTIONS[] = {"-e", "-v", "--path", "--help", NULL};
+
 void cli_usage(FILE *to) {
   fputs("usage: smolwf [options] [script [args]]\n"
         "       smolwf [options] COMMAND [args]\n"
@@ -25,6 +31,70 @@ void cli_usage(FILE *to) {
         "  -           run stdin as the script\n"
         "Environment: SMOLWF_PATH  colon-separated list of module directories\n",
         to);
+}
+
+/* Levenshtein distance of two short words (longer ones count as far apart). */
+static size_t edit_distance(const char *a, const char *b) {
+  enum { MAX = 64 };
+  size_t la = strlen(a), lb = strlen(b), row[MAX + 1];
+  if (la > MAX || lb > MAX) return (size_t)-1;
+  for (size_t j = 0; j <= lb; j++) row[j] = j;
+  for (size_t i = 1; i <= la; i++) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= lb; j++) {
+      size_t up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+      if (up + 1 < best) best = up + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      diag = up;
+      row[j] = best;
+    }
+  }
+  return row[lb];
+}
+
+/* The candidate a typo most likely meant (as smol.workflow.validate.closest), or NULL. */
+static const char *closest(const char *word, const char *const *candidates) {
+  const char *best = NULL;
+  size_t best_d = (size_t)-1, limit = strlen(word) / 3 > 2 ? strlen(word) / 3 : 2;
+  for (int i = 0; candidates[i] != NULL; i++) {
+    size_t d = edit_distance(word, candidates[i]);
+    if (d < best_d) best = candidates[i], best_d = d;
+  }
+  return best_d <= limit ? best : NULL;
+}
+
+/* "smolwf: unrecognized option '--pth' (did you mean '--path'?)", then the usage. */
+void cli_report_error(const cli *c, char **argv) {
+  const char *word = argv[c->script];
+  const char *hint = strcmp(c->error, "unrecognized option") == 0 ? closest(word, OPTIONS) : NULL;
+  if (hint != NULL) fprintf(stderr, "smolwf: %s '%s' (did you mean '%s'?)\n", c->error, word, hint);
+  else fprintf(stderr, "smolwf: %s '%s'\n", c->error, word);
+  cli_usage(stderr);
+}
+
+void cli_unknown_command(const char *word) {
+  const char *hint = closest(word, COMMANDS);
+  if (hint != NULL) fprintf(stderr, "smolwf: unknown command '%s' (did you mean '%s'?)\n", word, hint);
+  else fprintf(stderr, "smolwf: unknown command '%s' (see smolwf --help)\n", word);
+}
+
+/*
+** Whether the value a script returned (on the stack top, popped here) is a
+** workflow: `smolwf wf.lua` would silently do nothing with it (the run
+** command runs it), so it is refused with a pointer to `smolwf run`.
+** Returns 1 when the script's result is fine.
+*/
+int cli_check_script_result(lua_State *L, const char *file) {
+  int is_workflow = 0;
+  if (lua_istable(L, -1)) {
+    is_workflow = lua_getfield(L, -1, "steps") == LUA_TTABLE;
+    lua_pop(L, 1);
+  }
+  lua_pop(L, 1);
+  if (is_workflow)
+    fprintf(stderr, "smolwf: %s returned a workflow; run it with: smolwf run %s\n", file, file);
+  return !is_workflow;
 }
 
 /* A lowercase word such as "run" or "provider-check" (no '.', no '/'). */

@@ -23,6 +23,7 @@ int luaopen_smol_core(lua_State *L) {
   stdio_open(L);
   tty_open(L);
   sigint_open(L);
+  hash_open(L);
   introspect_open(L);
   lua_pushliteral(L, SMOLWF_VERSION);
   lua_setfield(L, -2, "version");

@@ -7,7 +7,7 @@
 ** (terminal questions), b64.c, conn.c (a provider connection: its wire,
 ** behind conn.h), json_lua.c (cJSON values as Lua values), command.c
 ** (exec/spawn params), write.c, capture.c, fs.c, os.c (system calls Lua
-** lacks),
+** lacks), hash.c (SHA-256 for the step cache),
 ** core.c (the smol.core module table), introspect.c (what the host holds,
 ** for test harnesses), exitpath.c (orderly shutdown),
 ** luapath.c (package.path), cli.c and main.c (the command line).
@@ -113,6 +113,7 @@ struct smol_host {
   uv_async_t wake_loop;              /* sigint.c: the handler wakes the loop */
   volatile sig_atomic_t hook_allowed, wake_allowed;
   lua_State *volatile running_task;  /*   the task coroutine running now, or NULL */
+  volatile sig_atomic_t catching, forced; /* core.catch_interrupt runs; a second signal came first */
   int deadline_passed;               /* exitpath.c: the drain's deadline */
   struct { char *buf; size_t len, cap; } params;     /* command.c: params being built */
   struct { unsigned char *buf; size_t cap; } b64;    /* b64.c: decoding scratch */
@@ -176,6 +177,7 @@ int host_check_signal(lua_State *L, int idx); /* a signal name or number argumen
 void loop_open(lua_State *L);
 void stdio_open(lua_State *L);
 void tty_open(lua_State *L);            /* tty.c: core.isatty, core.term_width */
+void hash_open(lua_State *L);           /* hash.c: core.sha256, sha256_file, hash_files (OpenSSL) */
 void introspect_open(lua_State *L);     /* introspect.c: core.handles, core.registry_refs */
 int luaopen_smol_core(lua_State *L);
 
@@ -215,5 +217,8 @@ typedef struct cli {
 void cli_parse(int argc, char **argv, cli *c, const char **paths_storage);
 void cli_usage(FILE *to);
 int cli_looks_like_command(const char *word);
+void cli_report_error(const cli *c, char **argv);   /* a usage error, with a "did you mean" */
+void cli_unknown_command(const char *word);
+int cli_check_script_result(lua_State *L, const char *file); /* pops it; 0: a workflow */
 
 #endif

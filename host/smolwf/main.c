@@ -71,7 +71,7 @@ static int push_script_args(lua_State *L) {
 static int run_script(lua_State *L, const char *file) {
   if (!load_status(L, luaL_loadfile(L, file))) return 0;  /* skips a #! line */
   int n = push_script_args(L);
-  return docall(L, n, 0);
+  return docall(L, n, 1) && cli_check_script_result(L, file != NULL ? file : "stdin");
 }
 
 /* Converts a command's main() result to an exit status: nil/true 0, false 1, N. */
@@ -135,7 +135,7 @@ static int run_main_target(lua_State *L, const cli *c, int argc, char **argv) {
     const char *module = find_command(L, target);
     if (module != NULL) return run_command(L, module, argc, argv, c->script);
     if (access(target, F_OK) != 0) {
-      fprintf(stderr, "smolwf: unknown command '%s' (see smolwf --help)\n", target);
+      cli_unknown_command(target);
       return 1;
     }
   }
@@ -161,8 +161,7 @@ static void setup_state(lua_State *L, const cli *c) {
 /* Returns the exit status; a usage error is 1, like lua.c. */
 static int run_cli(lua_State *L, const cli *c, int argc, char **argv) {
   if (c->error != NULL) {
-    fprintf(stderr, "smolwf: %s '%s'\n", c->error, argv[c->script]);
-    cli_usage(stderr);
+    cli_report_error(c, argv);
     return 1;
   }
   if (c->help) {

@@ -15,6 +15,16 @@
 
 #include <lauxlib.h>
 
+/*
+** While core.catch_interrupt runs (see there), a signal only sets the flag
+** and wakes the loop (host->catching): the interrupt error is raised where
+** the loop is run, never halfway through Lua code of the scheduler. A
+** second signal before the first was caught (a task spinning in Lua never
+** lets the loop run) arms the hooks as usual (host->forced).
+*/
+static int hooks_wanted(const smol_host *h) {
+  return h->hook_allowed && (!h->catching || h->forced);
+}
 
 /*
 ** The task coroutine running now (core.resume sets it), NULL between
@@ -49,9 +59,10 @@ static void interrupt_hook(lua_State *L, lua_Debug *ar) {
 
 static void on_sigint(int signo) {
   smol_host *h = host_get();
+  if (h->catching && h->interrupted) h->forced = 1;
   h->interrupted = 1;
   h->was_interrupted = signo;
-  if (host_get()->hook_allowed) {
+  if (hooks_wanted(h)) {
     arm_interrupt(h->L);
     lua_State *task = host_get()->running_task;
     if (task != NULL) arm_interrupt(task);
@@ -127,14 +138,49 @@ static int core_resume(lua_State *L) {
   lua_xmove(L, co, narg);
   lua_State *outer = host_get()->running_task;
   host_get()->running_task = co;
-  if (host_get()->interrupted && host_get()->hook_allowed) arm_interrupt(co);
+  if (host_get()->interrupted && hooks_wanted(host_get())) arm_interrupt(co);
   int nres = 0;
   int status = lua_resume(co, L, narg, &nres);
   host_get()->running_task = outer;
   return resume_results(L, co, status, nres);
 }
 
+/*
+** core.catch_interrupt(fn, ...) -> true, fn's results; or false and the
+** signal's name ("INT", "TERM") when Ctrl-C interrupted fn: for code that
+** handles the interrupt itself and carries on (the workflow runner still
+** runs `always` steps), so fn is meant to wait in the loop (a queue's
+** pop): the error comes from there (see hooks_wanted). It is disarmed here,
+** in C, before any Lua line runs (an armed hook raises again at every
+** line); the exit status stays 128+signal and the next signal interrupts
+** again. Other errors pass through unchanged, and so does an interrupt
+** that had to be forced (a second signal before the first was caught):
+** it may have stopped Lua code anywhere, so the exit path takes over.
+** Not for use inside a task (fn must not yield).
+*/
+static int core_catch_interrupt(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  smol_host *h = host_get();
+  sig_atomic_t outer = h->catching;
+  h->catching = 1;
+  int status = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
+  h->catching = outer;
+  if (status == LUA_OK) {
+    lua_pushboolean(L, 1);
+    lua_insert(L, 1);
+    return lua_gettop(L);
+  }
+  if (!host_is_interrupt_error(L, -1) || h->forced) return lua_error(L);
+  sigint_disarm(h);
+  const char *name = signal_to_name(h->was_interrupted);
+  lua_pushboolean(L, 0);
+  lua_pushstring(L, name != NULL ? name : "INT");
+  return 2;
+}
+
 void sigint_open(lua_State *L) {
   lua_pushcfunction(L, core_resume);
   lua_setfield(L, -2, "resume");
+  lua_pushcfunction(L, core_catch_interrupt);
+  lua_setfield(L, -2, "catch_interrupt");
 }

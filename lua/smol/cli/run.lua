@@ -2,39 +2,13 @@
 -- just runs FILE when it is a plain script that returns no workflow.
 local wf = require "smol.workflow"
 local env = require "smol.workflow.env"
+local options = require "smol.workflow.options"
 
 local M = {}
 
-M.USAGE = [[
-usage: smolwf run [OPTIONS] FILE [ARGS...]
-
-Runs the workflow that the Lua file FILE returns (wf.define{...}); a plain
-script that returns nothing just runs. ARGS are the script's `arg` / `...`.
-
-options:
-  --jobs N          run at most N steps at once (overrides the workflow's jobs)
-  --step NAME       run only NAME and the steps it needs (repeatable)
-  --list            print the steps and their dependencies as a tree
-  --dry-run         print what would run, in order, and run nothing
-  --param K=V       set ctx.params.K (repeatable)
-  --keep-going      a failed step does not cancel the independent ones
-  --report-dir DIR  where logs, artifacts and reports go
-                    (default .smolwf/runs/<timestamp>)
-  --json            one JSON event per line on stdout, no live view
-  --no-progress     no live view or step lines (the summary still prints)
-  --path DIR        also look for Lua modules in DIR (repeatable)
-  --record FILE     record every line exchanged with providers (JSON Lines)
-  --replay FILE     answer every provider request from a recording
-  --help            this text
-
-exit status: 0 every required step succeeded, 1 a step failed,
-2 invalid workflow or usage, 130 interrupted (Ctrl-C).
-]]
-
-local Usage = { __tostring = function(e) return e.message end }
-local function usage_error(fmt, ...)
-  error(setmetatable({ code = "usage", message = fmt:format(...) }, Usage), 0)
-end
+M.USAGE = options.USAGE
+M.parse = options.parse
+local usage_error = options.usage_error
 
 -- Errors before or around the run that are the user's setup, not a bug:
 -- one line, exit 2, no traceback.
@@ -42,50 +16,9 @@ local function is_setup_error(err)
   return type(err) == "table" and (err.code == "usage" or err.code == "setup" or wf.is_invalid(err))
 end
 
+local Usage = { __tostring = function(e) return e.message end }
 local function setup_error(fmt, ...)
   error(setmetatable({ code = "setup", message = fmt:format(...) }, Usage), 0)
-end
-
-local FLAGS = { ["--list"] = "list", ["--dry-run"] = "dry_run", ["--keep-going"] = "keep_going",
-  ["--json"] = "json", ["--no-progress"] = "no_progress", ["--help"] = "help", ["-h"] = "help" }
-local VALUED = { ["--jobs"] = true, ["--step"] = true, ["--param"] = true,
-  ["--report-dir"] = true, ["--path"] = true, ["--record"] = true, ["--replay"] = true }
-
-local function add_valued(opts, name, value)
-  if name == "--jobs" then
-    local n = math.tointeger(tonumber(value))
-    if not n or n < 1 then usage_error("--jobs needs a positive integer, got '%s'", value) end
-    opts.jobs = n
-  elseif name == "--step" then opts.steps[#opts.steps + 1] = value
-  elseif name == "--param" then
-    local k, v = value:match("^([^=]+)=(.*)$")
-    if not k then usage_error("--param needs KEY=VALUE, got '%s'", value) end
-    opts.params[k] = v
-  elseif name == "--path" then opts.paths[#opts.paths + 1] = value
-  else opts[name:sub(3):gsub("-", "_")] = value end
-end
-
--- Options come before FILE; everything after FILE belongs to the script.
-function M.parse(args)
-  local opts = { steps = {}, params = {}, paths = {}, script_args = {} }
-  local i = 1
-  while i <= #args do
-    local a = args[i]
-    local name, inline = a:match("^(%-%-[%w-]+)=(.*)$")
-    name = name or a
-    if FLAGS[a] then opts[FLAGS[a]] = true
-    elseif VALUED[name] then
-      local value = inline
-      if not value then i = i + 1; value = args[i] end
-      if value == nil then usage_error("%s needs a value", name) end
-      add_valued(opts, name, value)
-    elseif a == "--" then opts.file = args[i + 1]; i = i + 1; break
-    elseif a:sub(1, 1) == "-" and a ~= "-" then usage_error("unknown option '%s'", a)
-    else opts.file = a; break end
-    i = i + 1
-  end
-  table.move(args, i + 1, #args, 1, opts.script_args)
-  return opts
 end
 
 local function add_paths(paths)
@@ -96,9 +29,13 @@ end
 
 -- The traceback of an error raised `level` frames up, cut where our
 -- xpcall ran the code (the frames below say nothing); `keep(line)` filters.
+-- The message itself is never filtered: only the frames below
+-- "stack traceback:" (a message may well name a path with /smol/ in it).
 local function trimmed_traceback(err, level, keep)
-  local lines = {}
-  for line in debug.traceback(tostring(err), level + 1):gmatch("[^\n]+") do
+  local message = tostring(err)
+  local lines = { message, "stack traceback:" }
+  local frames = debug.traceback("", level + 1):match("stack traceback:\n(.*)$") or ""
+  for line in frames:gmatch("[^\n]+") do
     if line:find("in function 'xpcall'", 1, true) or line:find("smol/cli/run.lua", 1, true) then break end
     if keep(line) then lines[#lines + 1] = line end
   end
@@ -114,11 +51,19 @@ end
 
 -- For errors in the user's file: only the user's frames (not the strict
 -- environment's __index or error() itself).
+-- The engine's own Lua files: this file is ENGINE/cli/run.lua.
+local ENGINE_DIR = debug.getinfo(1, "S").source:match("^@(.*/)cli/[^/]*$")
+
+local function engine_frame(line)
+  if line:find("[C]: in function 'error'", 1, true) or line:find("[C]: in function 'smol.", 1, true) then
+    return true
+  end
+  return ENGINE_DIR ~= nil and line:find(ENGINE_DIR, 1, true) ~= nil
+end
+
 local function user_traceback_handler(err)
   if type(err) == "table" then return err end
-  local tb = trimmed_traceback(err, 2, function(line)
-    return not (line:find("/smol/", 1, true) or line:find("[C]: in function 'error'", 1, true))
-  end)
+  local tb = trimmed_traceback(err, 2, function(line) return not engine_frame(line) end)
   return tb  -- not a tail call (see above)
 end
 
@@ -188,13 +133,12 @@ local function new_observer(name, opts)
   return require(name).new(opts)
 end
 
-local function observers_for(opts)
+local function observers_for(opts, masker)
   local list = {}
-  local no_color = os.getenv("NO_COLOR") ~= nil and os.getenv("NO_COLOR") ~= ""
   if opts.json then
-    list[#list + 1] = new_observer("smol.workflow.events", { out = io.stdout })
+    list[#list + 1] = new_observer("smol.workflow.events", { out = io.stdout, mask = masker })
   elseif not opts.no_progress then
-    list[#list + 1] = new_observer("smol.workflow.progress", { out = io.stdout, no_color = no_color })
+    list[#list + 1] = new_observer("smol.workflow.progress", { out = io.stdout })
   end
   return list
 end
@@ -222,23 +166,71 @@ local function sandbox_line(run)
   return "sandbox: " .. table.concat(parts, "; ")
 end
 
-local function print_summary(run, opts)
+local function print_summary(run, opts, masker)
   local out = opts.json and io.stderr or io.stdout
-  out:write(require("smol.workflow.summary").render(run, {}), "\n")
+  out:write(masker:text(require("smol.workflow.summary").render(run, {})), "\n")
   local line = sandbox_line(run)
   if line then out:write(line, "\n") end
+end
+
+-- The steps --explain names, as a set; an unknown one is a usage error.
+local function explained_steps(opts, instances)
+  if #opts.explain == 0 then return nil end
+  local known, names = {}, {}
+  for _, inst in ipairs(instances) do
+    if not known[inst.step] then names[#names + 1] = inst.step end
+    known[inst.step], known[inst.id] = true, true
+  end
+  local set = {}
+  for _, name in ipairs(opts.explain) do
+    if not known[name] then
+      local hint = require("smol.workflow.validate").closest(name, names)
+      usage_error("--explain: no step '%s' in this run%s", name,
+        hint and (" (did you mean '%s'?)"):format(hint) or (" (steps: %s)"):format(table.concat(names, ", ")))
+    end
+    set[name] = true
+  end
+  return set
+end
+
+-- The report directory --resume names, or the latest run of `name`.
+local function resume_dir(opts, name)
+  if opts.resume ~= true then return opts.resume end
+  local dir = require("smol.workflow.resume").latest(".smolwf/runs", name)
+  if not dir then usage_error("--resume: no earlier run of workflow '%s' in .smolwf/runs (name one: --resume DIR)", name) end
+  return dir
+end
+
+-- wf.run's options from the command line's.
+local function run_options(opts, instances, secrets)
+  return { jobs = opts.jobs, steps = opts.steps, params = opts.params, keep_going = opts.keep_going,
+    report_dir = opts.report_dir, grace = opts.grace, secrets = secrets, profile = opts.profile,
+    cache_read = not opts.no_cache, cache_dir = opts.cache_dir, cache_cap = opts.cache_cap,
+    explain = explained_steps(opts, instances), keep_runs = opts.keep_runs, log_cap = opts.log_cap,
+    on_explain = function(inst, lines)
+      io.stderr:write(secrets.masker:text(("explain %s: %s\n"):format(inst.id, table.concat(lines, "\n"))))
+    end }
 end
 
 local function run_workflow(def, opts)
   local name = def.name or file_label(opts.file)
   if opts.list and opts.json then print_plan_json(def, opts, name); return 0 end
   if opts.list then io.stdout:write(wf.tree(def), "\n"); return 0 end
+  if opts.graph then
+    local graph = require "smol.workflow.graph"
+    io.stdout:write(graph.FORMATS[opts.graph](wf.instances(def, opts.steps), name))
+    return 0
+  end
   if opts.dry_run then print_dry_run(def, opts, name); return 0 end
-  wf.instances(def, opts.steps)  -- an unknown --step is an invalid run: say so before any output
-  local run = wf.run(def, { name = name, jobs = opts.jobs, steps = opts.steps, params = opts.params,
-    keep_going = opts.keep_going, report_dir = opts.report_dir, observers = observers_for(opts),
-    on_abort = function(run) print_summary(run, opts) end })
-  print_summary(run, opts)
+  local instances = wf.instances(def, opts.steps)  -- an unknown --step is an invalid run: say so before any output
+  local secrets = wf.secrets(def, opts.params)
+  local masker = secrets.masker
+  local run_opts = run_options(opts, instances, secrets)
+  run_opts.name, run_opts.observers = name, observers_for(opts, masker)
+  run_opts.resume = opts.resume and resume_dir(opts, name)
+  run_opts.on_abort = function(run) print_summary(run, opts, masker) end
+  local run = wf.run(def, run_opts)
+  print_summary(run, opts, masker)
   return wf.exit_code(run)
 end
 
@@ -271,7 +263,7 @@ local function main(args)
         file_label(opts.file)) or err, 0) end
     end
     code = run_workflow(value, opts)
-  elseif not status and (opts.list or opts.dry_run or #opts.steps > 0) then
+  elseif not status and (opts.list or opts.dry_run or opts.graph or #opts.steps > 0) then
     usage_error("%s did not return a workflow (wf.define{...})", opts.file)
   end
   if recording then recording:stop() end

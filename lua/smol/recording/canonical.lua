@@ -122,8 +122,9 @@ local function is_session_field(path)
 end
 
 --- Two requests ({method, params}; `recorded` may be nil) as a table with a
---- row per field, rows that differ marked with "!"; equal session fields
---- are counted, not shown.
+--- row per field, rows that differ marked with "!" and shown whole (a cut
+--- value could hide the difference); equal session fields are counted,
+--- not shown.
 function M.side_by_side(recorded, actual, ignore)
   local left = recorded and M.fields(recorded.method, recorded.params, ignore) or {}
   local right = M.fields(actual.method, actual.params, ignore)
@@ -140,8 +141,9 @@ function M.side_by_side(recorded, actual, ignore)
   end
   local lines = {("    %s  %s  %s"):format(clip("field", pw), clip("recorded", 40), "actual")}
   for _, row in ipairs(rows) do
-    local mark = row[2] == row[3] and " " or "!"
-    lines[#lines + 1] = ("  %s %s  %s  %s"):format(mark, clip(row[1], pw), clip(row[2], 40), row[3])
+    local same = row[2] == row[3]
+    local recorded_text = (same or #row[2] <= 40) and clip(row[2], 40) or row[2]
+    lines[#lines + 1] = ("  %s %s  %s  %s"):format(same and " " or "!", clip(row[1], pw), recorded_text, row[3])
   end
   if hidden > 0 then lines[#lines + 1] = ("    (%d equal fields of params.session not shown)"):format(hidden) end
   return table.concat(lines, "\n")

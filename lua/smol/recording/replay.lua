@@ -10,8 +10,8 @@
 -- anew by every run) and any field listed in opts.ignore ("params.cwd"...).
 -- Recorded requests are used once each, in recorded order among equals, so
 -- concurrent requests may arrive in any order. A request with no match
--- fails (`internal` error) with the closest recorded request and the actual
--- one side by side. A request the recorded provider left unanswered when it
+-- fails (`replay_mismatch` error) with the closest recorded request and the
+-- actual one side by side. A request the recorded provider left unanswered when it
 -- exited (a crash) is replayed as that crash: its recorded events, then the
 -- replay provider exits the same way (status, or the same signal).
 local cjson = require "cjson"
@@ -160,7 +160,7 @@ function M.methods(path, opts)
       return answer(ex, req)
     end
     if req.method == "close" and req.id == false then return {} end   -- closing at shutdown
-    server.fail("internal", M.mismatch_message(rec, req.method, params))
+    server.fail("replay_mismatch", M.mismatch_message(rec, req.method, params))
   end
   return {["*"] = handle, close = handle}
 end

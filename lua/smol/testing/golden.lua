@@ -39,6 +39,16 @@ function M.unified_diff(expected_path, actual, label)
   return diff
 end
 
+-- Raises `message` at the caller of testing.golden (3 levels up from here;
+-- testing.golden tail-calls it). Inside busted, through luassert, so that
+-- a mismatch counts as a test failure, as any assertion does, not as an
+-- error in the test.
+local function fail(message)
+  local ok, luassert = pcall(require, "luassert")
+  if ok then luassert(false, message, luassert:level(3)) end
+  error(message, 3)
+end
+
 --- Compares `actual` with the golden file `name`. Returns true when they are
 -- equal (or the file was just written in update mode); raises with a
 -- unified diff otherwise.
@@ -56,12 +66,11 @@ function M.check(name, actual)
     return true
   end
   if expected == nil then
-    error(("golden file `%s` does not exist; run `smolwf test --update-golden` to create it")
-      :format(path), 2)
+    fail(("golden file `%s` does not exist; run `smolwf test --update-golden` to create it"):format(path))
   end
-  error(("golden file `%s` differs from the actual output"
+  fail(("golden file `%s` differs from the actual output"
     .. " (run `smolwf test --update-golden` to accept it):\n%s")
-    :format(path, M.unified_diff(path, actual, "actual")), 2)
+    :format(path, M.unified_diff(path, actual, "actual")))
 end
 
 return M

@@ -1,11 +1,15 @@
--- One instance's life: its attempts (each in its own task, so that a
--- timeout or a cancel stops the step's code and, through the sandbox client,
--- kills its processes), retries with backoff, and its final status.
+-- One instance's life: its `when` condition, then the result a resumed run
+-- reuses, or the step cache's (smol.workflow.step_cache), or its attempts
+-- (each in its own task, so that a timeout or a cancel stops the step's
+-- code and, through the sandbox client, kills its processes) with retries
+-- and backoff; and its final status.
 local task = require "smol.task"
 local core = require "smol.core"
 local context = require "smol.workflow.context"
-local files = require "smol.workflow.files"
+local bridge = require "smol.workflow.bridge"
 local observe = require "smol.workflow.observe"
+local text = require "smol.workflow.text"
+local step_cache = require "smol.workflow.step_cache"
 
 local M = {}
 
@@ -24,78 +28,6 @@ function M.cancel(S, inst, kind, reason)
   if p.wake then p.wake:set() end
 end
 
--- The live view shows one line; a longer one is cut to its last bytes.
-local LAST_LINE_MAX = 1024
-local NL, CR = 10, 13
-
--- The last non-empty line of an output chunk (or `previous` when it has
--- none), found by scanning back from the end: output arrives in many
--- chunks, so the cost must not grow with the chunk's size (a pattern
--- anchored only at "$" is retried from every byte).
-function M.last_line_of(chunk, previous)
-  local stop = #chunk
-  while stop > 0 do
-    local b = chunk:byte(stop)
-    if b ~= NL and b ~= CR then break end
-    stop = stop - 1
-  end
-  if stop == 0 then return previous end
-  local start, limit = stop, math.max(1, stop - LAST_LINE_MAX + 1)
-  while start > limit do
-    local b = chunk:byte(start - 1)
-    if b == NL or b == CR then break end
-    start = start - 1
-  end
-  -- A cut line must not start inside a UTF-8 sequence (continuation bytes).
-  while start < stop and chunk:byte(start) & 0xC0 == 0x80 do start = start + 1 end
-  return chunk:sub(start, stop)
-end
-
--- Listed in inst.artifacts only once completely written (copy_out is all
--- or nothing and raises on failure).
-local function save_artifact(S, inst, session, path, name)
-  local rel = "artifacts/" .. files.safe_name(inst.id) .. "/"
-    .. files.check_relative(name or files.basename(path))
-  local dest = S.run.report_dir .. "/" .. rel
-  local ok, err = pcall(files.copy_out, session, path, dest)
-  if not ok then
-    -- A cancel or a timeout must stay what it is (the runner classifies it).
-    if type(err) == "table" and (err.code == "cancelled" or err.code == "timeout") then error(err, 0) end
-    local errors = require "smol.errors"
-    local structured = errors.is(err)
-    errors.raise{code = structured and err.code or "io_error", op = "save_artifact", path = path,
-      message = (structured and not err.op) and err.message or tostring(err)}
-  end
-  for _, known in ipairs(inst.artifacts) do if known == rel then return dest end end
-  inst.artifacts[#inst.artifacts + 1] = rel
-  return dest
-end
-
--- The context's only way to reach the runner (see context.lua).
-local function bridge(S, inst)
-  local def = S.defs[inst.id]
-  local key = def.sandbox and ("step:" .. inst.id) or "workflow"
-  local spec = def.sandbox or S.sandbox
-  local b = {}
-  local function progress(ev) observe.notify(S, "step_progress", inst, ev) end
-  function b.session()
-    local session = S.sessions:get(key, spec, progress)
-    inst.sandbox = inst.sandbox or S.sessions:info(key)
-    return session
-  end
-  function b.output(_, stream, chunk)
-    inst.last_line = M.last_line_of(chunk, inst.last_line)
-    observe.notify(S, "step_output", inst, stream, chunk)
-  end
-  function b.log(_, message)
-    inst.last_line = message
-    observe.notify(S, "step_log", inst, message)
-  end
-  function b.artifact(_, path, name) return save_artifact(S, inst, b.session(), path, name) end
-  function b.exit_code(_, code) inst.exit_code = code end
-  return b
-end
-
 -- ctx.inputs: the needed steps' return values by step name; for a matrix
 -- step, a table of its instances' values keyed by instance id.
 local function inputs_of(S, inst)
@@ -112,10 +44,35 @@ local function inputs_of(S, inst)
   return inputs
 end
 
+-- The environment of every command of the step: the run's (secrets, the
+-- workflow's env), then the step's own env, which wins.
+function M.step_env(S, inst)
+  local env = {}
+  for k, v in pairs(S.base_env or {}) do env[k] = v end
+  for k, v in pairs(S.defs[inst.id].env or {}) do env[k] = v end
+  return env
+end
+
+-- ctx.params of a cached step: the run's parameters, each one the step
+-- reads noted in `reads` (those are part of its result's key).
+local function recording_params(params, reads)
+  return setmetatable({}, {
+    __index = function(_, k) reads[k] = true; return params[k] end,
+    __pairs = function()
+      for k in pairs(params) do reads[k] = true end
+      return next, params, nil
+    end,
+    __newindex = function() error("ctx.params is read-only", 2) end,
+  })
+end
+
 local function new_context(S, inst, n)
-  return context.new(bridge(S, inst), {
-    inputs = inputs_of(S, inst), matrix = inst.matrix, params = S.run.params,
-    step = inst.step, id = inst.id, attempt = n, report_dir = S.run.report_dir,
+  local params, reads = S.params or S.run.params, private(S, inst).params_read
+  if reads and n > 0 then params = recording_params(params, reads) end
+  return context.new(bridge.new(S, inst), {
+    inputs = inputs_of(S, inst), matrix = inst.matrix, params = params,
+    env = M.step_env(S, inst), secrets = S.secrets, step = inst.step, id = inst.id, attempt = n,
+    report_dir = S.run.report_dir,
   })
 end
 
@@ -136,7 +93,7 @@ end
 local function failure_info(status, err, inst, n)
   return {
     status = status, attempt = n, error = err,
-    message = status == "timed_out" and ("timed out after %gs"):format(inst.timeout) or tostring(err),
+    message = status == "timed_out" and ("timed out after %gs"):format(inst.timeout) or text.message(err),
     exit_code = failure_exit_code(err, inst), timed_out = status == "timed_out",
     stderr = type(err) == "table" and err.stderr or nil,
   }
@@ -145,6 +102,13 @@ end
 -- The message is the reason alone: the status is recorded beside it.
 local function cancelled(p)
   return { status = "cancelled", message = p.cancel_reason }
+end
+
+-- The instance whose current attempt runs in task `t`, if any.
+function M.instance_of_task(S, t)
+  for inst, p in pairs(S.private) do
+    if p.task == t then return inst end
+  end
 end
 
 -- An attempt whose task never ended (the run was interrupted) is closed as
@@ -161,6 +125,11 @@ local function classify(p, ok, value, inst, n)
     return cancelled(p)
   elseif p.timed_out then
     return failure_info("timed_out", value, inst, n)
+  elseif not ok and type(value) == "table" and value.code == "interrupted" then
+    -- Ctrl-C reached the step's own code: the runner cancels the run.
+    return { status = "cancelled", message = "interrupted" }
+  elseif not ok and context.is_skip(value) then
+    return { status = "skipped", message = value.message }
   elseif not ok then
     return failure_info("failed", value, inst, n)
   end
@@ -217,6 +186,7 @@ local function run_attempt(S, inst, n)
   p.task = nil
   context.finish(ctx)
   local outcome = classify(p, ok, value, inst, n)
+  if S.masker and outcome.message then outcome.message = S.masker:text(outcome.message) end
   record.ended_at, record.status = core.time(), outcome.status
   record.error, record.exit_code = outcome.message, outcome.exit_code or inst.exit_code
   return outcome
@@ -240,8 +210,12 @@ local function backoff_sleep(p, delay)
   p.wake = nil
 end
 
+-- Failures no retry can change: the request is not in the recording.
+local NEVER_RETRIED = { replay_mismatch = true }
+
 local function should_stop(p, retry, outcome, n)
   if outcome.status ~= "failed" and outcome.status ~= "timed_out" then return true end
+  if type(outcome.error) == "table" and NEVER_RETRIED[outcome.error.code] then return true end
   if n >= (retry.attempts or 1) or p.cancel_reason then return true end
   local wanted, why = retry_wanted(retry, outcome)
   if why then outcome.message = outcome.message .. "\n" .. why end
@@ -259,9 +233,38 @@ local function retry_note(outcome)
   return (outcome.message:match("^[^\n]*"))
 end
 
-function M.run_instance(S, inst)
+-- Runs fn(...) in a task of its own, which a cancel of the instance
+-- reaches (it may wait on the session); returns pcall's results.
+local function in_own_task(S, inst, fn, ...)
+  local p = private(S, inst)
+  local t = task.spawn(fn, ...)
+  p.task = t
+  local results = table.pack(pcall(t.join, t))
+  p.task = nil
+  return table.unpack(results, 1, results.n)
+end
+
+-- Evaluates the step's `when` (or `if`) in its own task (it may run
+-- commands; a cancel reaches it): nil when the step is to run, else the
+-- outcome (skipped with the reason, or failed when it raised).
+local function condition_outcome(S, inst)
+  local def = S.defs[inst.id]
+  local cond, name = def.when or def["if"], def.when and "when" or "if"
+  if not cond or private(S, inst).cancel_reason then return nil end
+  local p, ctx = private(S, inst), new_context(S, inst, 0)
+  local ok, verdict, reason = in_own_task(S, inst, cond, ctx)
+  context.finish(ctx)
+  if p.cancel_reason then return cancelled(p) end
+  if not ok and context.is_skip(verdict) then return { status = "skipped", message = verdict.message } end
+  if not ok then return { status = "failed", message = ("`%s` raised: %s"):format(name, text.message(verdict)) } end
+  if verdict then return nil end
+  return { status = "skipped", message = type(reason) == "string" and reason or ("`%s` returned %s"):format(name, tostring(verdict)) }
+end
+
+-- The attempts, retried as the step says, until one needs no retry.
+local function run_attempts(S, inst)
   local p, retry = private(S, inst), S.defs[inst.id].retry or {}
-  local outcome, n = p.cancel_reason and cancelled(p), 0
+  local outcome, n = nil, 0
   while not outcome do
     n = n + 1
     outcome = run_attempt(S, inst, n)
@@ -272,8 +275,70 @@ function M.run_instance(S, inst)
       outcome = p.cancel_reason and cancelled(p) or nil
     end
   end
+  return outcome
+end
+
+-- The outcome of a cache operation that raised: cancelled, or failed naming it.
+local function cache_failure(S, inst, what, err)
+  local p = private(S, inst)
+  if p.cancel_reason then return cancelled(p) end
+  return { status = "failed", message = ("the step cache could not %s: %s"):format(what, text.message(err)), error = err }
+end
+
+-- Runs the instance through the step cache: a hit is its outcome; else it
+-- runs and a success is stored.
+local function run_cached(S, inst)
+  local b = bridge.new(S, inst)
+  private(S, inst).params_read = {}
+  local ok, hit, state = in_own_task(S, inst, step_cache.lookup, S, inst, b, M.step_env(S, inst), bridge.session_spec(S, inst))
+  if not ok then return cache_failure(S, inst, "look the step up", hit) end
+  if hit then return hit end
+  local outcome = run_attempts(S, inst)
+  if outcome.status ~= "success" or not state then return outcome end
+  local stored, failure = in_own_task(S, inst, step_cache.store, S, inst, state, outcome.value, b,
+    private(S, inst).params_read)
+  if not stored then return cache_failure(S, inst, "store the result", failure) end
+  return failure or outcome
+end
+
+-- An instance a resumed run takes over from the earlier run: its outputs
+-- put back from the step cache, its return value as it was.
+local function reused(S, inst, record)
+  local resume = require "smol.workflow.resume"
+  if record.key then
+    S.cache:restore(assert(S.cache:lookup(record.key)), bridge.new(S, inst).session())
+    S.cache_keys[inst.id], S.used_keys[record.key] = record.key, true
+    inst.cache = { status = "reused", key = record.key }
+  end
+  inst.resumed_from = S.run.resumed_from:gsub("/+$", ""):match("[^/]*$")
+  return { status = "success", value = resume.value(record) }
+end
+
+local function reuse_outcome(S, inst)
+  local ok, outcome = in_own_task(S, inst, reused, S, inst, S.reuse[inst.id])
+  if ok then return outcome end
+  return cache_failure(S, inst, "put back the outputs of the resumed run", outcome)
+end
+
+function M.run_instance(S, inst)
+  local p = private(S, inst)
+  local outcome = p.cancel_reason and cancelled(p) or (S.reuse and S.reuse[inst.id] and reuse_outcome(S, inst))
+    or condition_outcome(S, inst)
+  if not outcome then
+    if step_cache.enabled(S, S.defs[inst.id]) then outcome = run_cached(S, inst)
+    else outcome = run_attempts(S, inst) end
+  end
   S.outputs[inst.id] = outcome.value
+  inst.value = outcome.value
+  if outcome.status == "skipped" then inst.skipped_by_condition = true end
+  local key = bridge.session_key(S, inst)
+  if key ~= "workflow" then
+    local err = S.sessions:close(key)
+    if err then S.warn(("closing the session of %s failed: %s"):format(inst.id, err)) end
+  end
   if outcome.status ~= "success" then inst.exit_code = outcome.exit_code or inst.exit_code end
+  inst.error_code = type(outcome.error) == "table" and type(outcome.error.code) == "string"
+    and outcome.error.code or nil
   observe.finish(S, inst, outcome.status, outcome.message)
 end
 

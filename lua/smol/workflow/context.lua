@@ -8,6 +8,8 @@
 --   bridge:log(message)           ctx.log
 --   bridge:artifact(path, name)   copies out of the session, returns the report path
 --   bridge:exit_code(code)        the last command's exit code
+--   bridge:command_started()      a command starts (its stderr tail starts afresh)
+--   bridge:flush_output()         a command ended: output held back for masking goes out
 local M = {}
 
 local STDERR_TAIL_LINES = 10
@@ -43,9 +45,23 @@ function M.command_failed(cmd, r)
     stderr = r.stderr, result = r }, CommandFailed)
 end
 
-local function with_output_hooks(opts, bridge)
+-- The step's environment (workflow env, then step env) under the
+-- command's own `env`, which wins.
+local function merged_env(step_env, own)
+  if next(step_env) == nil then return own end
+  local env = {}
+  for k, v in pairs(step_env) do env[k] = v end
+  for k, v in pairs(own or {}) do env[k] = v end
+  return env
+end
+
+-- A command's options as the session gets them: the step's env merged in,
+-- output copied to the logs and the live view.
+local function command_opts(ctx, opts)
+  local bridge = ctx._bridge
   local o = {}
   for k, v in pairs(opts) do o[k] = v end
+  o.env = merged_env(ctx._env, opts.env)
   local user_out, user_err = opts.on_stdout, opts.on_stderr
   o.on_stdout = function(chunk)
     if chunk then bridge:output("stdout", chunk) end
@@ -96,7 +112,11 @@ end
 
 -- exec for ctx:exec and ctx:sh, called directly by them (see `level`).
 local function run_exec(self, opts)
-  local r = session_call(4, self:session(), "exec", with_output_hooks(opts, self._bridge))
+  self._bridge:command_started()
+  local result = table.pack(pcall(session_call, 5, self:session(), "exec", command_opts(self, opts)))
+  self._bridge:flush_output()
+  if not result[1] then error(result[2], 0) end
+  local r = result[2]
   self._bridge:exit_code(r.exit_code)
   return r
 end
@@ -111,7 +131,8 @@ end
 function Ctx:spawn(opts)
   check_self(self, "spawn")
   if type(opts) ~= "table" then error("bad argument #1 to 'spawn' (table expected, got " .. type(opts) .. ")", 2) end
-  local p = session_call(3, self:session(), "spawn", with_output_hooks(opts, self._bridge))
+  self._bridge:command_started()
+  local p = session_call(3, self:session(), "spawn", command_opts(self, opts))
   self._processes[#self._processes + 1] = p
   return p
 end
@@ -126,6 +147,19 @@ function Ctx:sh(cmd, opts)
   local r = run_exec(self, exec_opts)
   if r.exit_code ~= 0 or r.timed_out then error(M.command_failed(cmd, r), 0) end
   return r
+end
+
+local Skip = { __tostring = function(e) return "skipped: " .. e.message end }
+
+-- Ends the step as `skipped` with `reason` (its dependents are skipped too).
+function Ctx:skip(reason)
+  check_self(self, "skip")
+  if reason ~= nil and type(reason) ~= "string" then error("bad argument #1 to 'skip' (string expected, got " .. type(reason) .. ")", 2) end
+  error(setmetatable({ code = "skipped", message = reason or "skipped by the step" }, Skip), 0)
+end
+
+function M.is_skip(err)
+  return getmetatable(err) == Skip
 end
 
 function Ctx:save_artifact(path, name)
@@ -148,10 +182,11 @@ end
 function M.finish(ctx)
   for _, p in ipairs(ctx._processes) do pcall(p.kill, p, "KILL") end
   ctx._processes = {}
+  ctx._bridge:flush_output()
 end
 
 local function known_fields()
-  local names = { "inputs", "matrix", "params", "step", "id", "attempt", "log", "report_dir" }
+  local names = { "inputs", "matrix", "params", "env", "secrets", "step", "id", "attempt", "log", "report_dir" }
   for k in pairs(Ctx) do names[#names + 1] = k end
   table.sort(names)
   return table.concat(names, ", ")
@@ -165,11 +200,14 @@ CTX_MT = {
   end,
 }
 
--- fields: inputs, matrix, params, step, id, attempt, report_dir.
+-- fields: inputs, matrix, params, env, step, id, attempt, report_dir.
 function M.new(bridge, fields)
   local ctx = { _bridge = bridge, _processes = {} }
   for k, v in pairs(fields) do ctx[k] = v end
   ctx.matrix = ctx.matrix or {}
+  ctx._env = ctx.env or {}
+  ctx.env = {}
+  for k, v in pairs(ctx._env) do ctx.env[k] = v end
   -- ctx.log(...) and ctx:log(...) both work: drop ctx when passed as self.
   ctx.log = function(first, ...)
     local args = table.pack(first, ...)

@@ -16,12 +16,58 @@ local STRICT_MT = {
   end,
 }
 
+-- The last os.exit called from workflow code: {status, task} (the task it
+-- was called in, nil outside one), so that the run it ends can say so.
+local exit_request
+
+-- The os tables made below, and the environments (weak: for the step
+-- cache, which names them rather than hashing their contents).
+local os_tables = setmetatable({}, { __mode = "k" })
+local envs = setmetatable({}, { __mode = "k" })
+
+-- os for workflow code: the same functions, but os.exit is noted first.
+local function workflow_os()
+  local os_table = {}
+  for k, v in pairs(os) do os_table[k] = v end
+  local real_exit = os.exit
+  os_table.exit = function(status, close)
+    exit_request = { status = status == nil and 0 or status, task = require("smol.task").current() }
+    return real_exit(status, close)
+  end
+  os_tables[os_table] = true
+  return os_table
+end
+
+function M.exit_request()
+  return exit_request
+end
+
+local BUILTIN = { _G = true, os = true }
+for _, name in ipairs(ALLOWED) do BUILTIN[name] = true end
+
+--- Whether `name` is a global every workflow environment has.
+function M.is_builtin(name)
+  return BUILTIN[name] == true
+end
+
+--- Whether t is a workflow environment made by M.new.
+function M.is_env(t)
+  return envs[t] == true
+end
+
+--- Whether t is the os table of a workflow environment.
+function M.is_os(t)
+  return os_tables[t] == true
+end
+
 -- `extra` adds globals (e.g. arg).
 function M.new(extra)
   local env = {}
   for _, name in ipairs(ALLOWED) do env[name] = _G[name] end
+  env.os = workflow_os()
   for k, v in pairs(extra or {}) do env[k] = v end
   env._G = env
+  envs[env] = true
   return setmetatable(env, STRICT_MT)
 end
 

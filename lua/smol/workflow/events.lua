@@ -17,11 +17,16 @@ Observer.__index = Observer
 -- Writes one event as one line; flushed at once so a reader sees it live.
 -- "type" and "time" come first (cjson orders keys by hash), so a person
 -- skimming the stream sees what each line is.
+-- Output chunks come masked already (the engine masks them at the source);
+-- every other event is masked here, as a whole line.
 function Observer:emit(event)
   local head = string.format('{"type":%s,"time":%s', jsontext.encode(event.type), jsontext.encode(self.clock()))
+  local masked = self.mask and event.type ~= "step_output"
   event.type = nil
   local rest = jsontext.encode(event)
-  self.out:write(head, rest == "{}" and "}" or "," .. rest:sub(2), "\n")
+  local line = head .. (rest == "{}" and "}" or "," .. rest:sub(2))
+  if masked then line = self.mask:text(line) end
+  self.out:write(line, "\n")
   self.out:flush()
 end
 
@@ -65,7 +70,12 @@ end
 function Observer:step_finished(_, inst)
   self:emit{type = "step_finished", step = inst.id, status = inst.status,
             duration = inst.duration, attempts = inst.attempts and #inst.attempts or 0,
-            exit_code = inst.exit_code, error = inst.error ~= nil and jsontext.message(inst.error) or nil}
+            exit_code = inst.exit_code, error = inst.error ~= nil and jsontext.message(inst.error) or nil,
+            cache = inst.cache and inst.cache.status, cache_key = inst.cache and inst.cache.key}
+end
+
+function Observer:run_interrupted(_, signal, grace)
+  self:emit{type = "run_interrupted", signal = signal, grace = grace}
 end
 
 -- What a sandbox session really got (profile, isolation, network), as the
@@ -91,9 +101,10 @@ end
 --- A new event-stream observer.
 --- opts.out: where lines go (anything with write and flush; default io.stdout)
 --- opts.clock: function returning the event time (default core.time)
+--- opts.mask: the run's masker (smol.workflow.mask): secrets hidden
 function M.new(opts)
   opts = opts or {}
-  return setmetatable({out = opts.out or io.stdout, clock = opts.clock or core.time}, Observer)
+  return setmetatable({out = opts.out or io.stdout, clock = opts.clock or core.time, mask = opts.mask}, Observer)
 end
 
 return M

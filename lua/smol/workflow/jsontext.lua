@@ -62,6 +62,39 @@ function M.plain(v, depth)
   return out
 end
 
+local function exact_table(t, depth, seen)
+  if getmetatable(t) ~= nil then return nil, "a table with a metatable" end
+  if seen[t] then return nil, "a table that contains itself" end
+  if depth >= MAX_DEPTH then return nil, "nested deeper than " .. MAX_DEPTH end
+  seen[t] = true
+  local out, array = {}, next(t) == nil or is_array(t)
+  for k, v in pairs(t) do
+    if not array and type(k) ~= "string" then
+      seen[t] = nil
+      return nil, ("a table with a %s key (neither a list nor string keys)"):format(type(k))
+    end
+    local copy, why = M.exact(v, depth + 1, seen)
+    if copy == nil then seen[t] = nil; return nil, why end
+    out[k] = copy
+  end
+  seen[t] = nil
+  return next(out) == nil and M.array(nil) or out
+end
+
+--- value itself when JSON says exactly the same (strings, finite numbers,
+--- booleans, lists, string-keyed tables of those), ready to encode; else
+--- nil and what cannot be said (a step's return value in report.json).
+function M.exact(v, depth, seen)
+  local t = type(v)
+  if t == "string" or t == "boolean" then return v end
+  if t == "number" then
+    if v ~= v or v == math.huge or v == -math.huge then return nil, "a number JSON has not (" .. tostring(v) .. ")" end
+    return v
+  end
+  if t ~= "table" then return nil, "a " .. t end
+  return exact_table(v, depth or 0, seen or {})
+end
+
 -- value with every string (keys too) made valid UTF-8: cjson copies bytes
 -- as they are, and one stray byte a command wrote (an error message quoting
 -- its stderr) would make the whole document invalid JSON for strict readers.

@@ -9,6 +9,13 @@
 -- with a marker line in every stream it writes, so the log shows the
 -- attempts in order. ctx.log messages and retry notes go to the stderr log,
 -- marked "[log]" and "[retry]", next to the output they explain.
+--
+-- A stream's log keeps at most `cap` bytes (64 MiB by default): past it,
+-- the oldest output is dropped and the tail kept (what explains a failure
+-- is at the end). The file then starts with a line saying how much was
+-- dropped, and inst.log_dropped[stream] says it for the reports. The file
+-- is cut each time it reaches twice the cap, so the copying costs at most
+-- as much again as the writing.
 local reportdir = require "smol.workflow.reportdir"
 
 local M = {}
@@ -22,17 +29,43 @@ function M.path_for(id, stream)
   return "logs/" .. safe .. "." .. stream .. ".log"
 end
 
-local function open_log(path)
+M.DEFAULT_CAP = 64 * 1024 * 1024
+
+local function open_log(path, cap)
   local f, err = io.open(path, "wb")
   if not f then error(string.format("report: cannot write step log `%s`: %s", path, err), 0) end
-  return {file = f, at_line_start = true}
+  return {file = f, path = path, cap = cap, content = 0, dropped = 0, header = 0, at_line_start = true}
+end
+
+local function fail_log(log, err)
+  error(string.format("report: cannot cut step log `%s`: %s", log.path, tostring(err)), 0)
+end
+
+-- Keeps the last `cap` bytes of the log, after a line saying how many
+-- were dropped so far.
+local function cut(log)
+  log.file:close()
+  local f, err = io.open(log.path, "rb")
+  if not f then fail_log(log, err) end
+  f:seek("set", log.header + log.content - log.cap)
+  local tail = f:read(log.cap) or ""
+  f:close()
+  log.dropped = log.dropped + log.content - #tail
+  local header = string.format("[smolwf: the first %d bytes of this log were dropped; it keeps the last %d]\n",
+    log.dropped, log.cap)
+  log.file, err = io.open(log.path, "wb")
+  if not log.file then fail_log(log, err) end
+  log.file:write(header, tail)
+  log.header, log.content = #header, #tail
 end
 
 -- Writes data, remembering whether it ended a line.
 local function write(log, data)
   if #data == 0 then return end
   log.file:write(data)
+  log.content = log.content + #data
   log.at_line_start = data:sub(-1) == "\n"
+  if log.content >= 2 * log.cap then cut(log) end
 end
 
 -- A line of our own (attempt marker, ctx.log) always starts on a fresh line.
@@ -74,7 +107,7 @@ function Observer:log_of(inst, stream)
   local log = state[stream]
   if not log then
     local rel = self:log_paths(inst)[stream]
-    log = open_log(reportdir.join(self.report_dir, rel))
+    log = open_log(reportdir.join(self.report_dir, rel), self.cap)
     state[stream] = log
     -- Its first bytes come from a later attempt: say which.
     if state.attempt > 1 then write_line(log, attempt_marker(state.attempt)) end
@@ -117,7 +150,15 @@ function Observer:close(inst)
   if not state then return end
   self.open[inst] = nil
   for _, stream in ipairs(STREAMS) do
-    if state[stream] then state[stream].file:close() end
+    local log = state[stream]
+    if log then
+      if log.content > log.cap then cut(log) end
+      log.file:close()
+      if log.dropped > 0 then
+        inst.log_dropped = inst.log_dropped or {}
+        inst.log_dropped[stream] = log.dropped
+      end
+    end
   end
 end
 
@@ -129,10 +170,9 @@ function Observer:run_finished()
   for inst in pairs(self.open) do self:close(inst) end
 end
 
---- A new log observer. opts is accepted for symmetry with the other observers.
+--- A new log observer. opts.cap: bytes kept per stream (default M.DEFAULT_CAP).
 function M.new(opts)
-  local _ = opts
-  return setmetatable({open = {}, taken = {}}, Observer)
+  return setmetatable({open = {}, taken = {}, cap = opts and opts.cap or M.DEFAULT_CAP}, Observer)
 end
 
 return M

@@ -19,11 +19,12 @@ function M.notify(S, method, ...)
   end
 end
 
--- Records an instance's final status and tells the observers.
+-- Records an instance's final status and tells the observers. The error
+-- message is shown everywhere: the run's secrets are masked in it.
 function M.finish(S, inst, status, err)
   if S.finalized and not S.finalizing then return end
   inst.status = status
-  inst.error = err
+  inst.error = S.masker and type(err) == "string" and S.masker:text(err) or err
   inst.ended_at = core.time()
   inst.duration = inst.started_at and (inst.ended_at - inst.started_at) or 0
   M.notify(S, "step_finished", inst)

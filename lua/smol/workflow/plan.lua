@@ -12,10 +12,19 @@ local function format_value(v)
   return tostring(v)
 end
 
--- Every combination of the matrix values, keys in sorted order so that ids
--- are stable: {shard = {1, 2}, os = {"a"}} -> {os="a",shard=1}, {os="a",shard=2}.
-function M.combinations(matrix)
-  local keys = validate.sorted_keys(matrix)
+local SPECIAL = { include = true, exclude = true }
+
+-- The matrix's own keys (not include/exclude), sorted.
+local function base_keys(matrix)
+  local keys = {}
+  for _, k in ipairs(validate.sorted_keys(matrix)) do
+    if not SPECIAL[k] then keys[#keys + 1] = k end
+  end
+  return keys
+end
+
+local function product(matrix, keys)
+  if #keys == 0 then return {} end
   local result = { {} }
   for _, key in ipairs(keys) do
     local next_result = {}
@@ -29,19 +38,70 @@ function M.combinations(matrix)
     end
     result = next_result
   end
-  return result, keys
+  return result
+end
+
+-- Whether combo has every value of `entry` (an exclude entry, or an
+-- include entry restricted to the matrix's own keys).
+local function has_all(combo, entry, only)
+  for k, v in pairs(entry) do
+    if (not only or only[k]) and combo[k] ~= v then return false end
+  end
+  return true
+end
+
+-- GitHub Actions' include: the entry's values are added to every original
+-- combination whose own matrix values it does not change (values added by
+-- an earlier include may be changed); one that fits none is a combination
+-- of its own.
+local function apply_include(combos, originals, entry, own)
+  local fitted = false
+  for i = 1, originals do
+    if has_all(combos[i], entry, own) then
+      fitted = true
+      for k, v in pairs(entry) do if not own[k] then combos[i][k] = v end end
+    end
+  end
+  if not fitted then
+    local combo = {}
+    for k, v in pairs(entry) do combo[k] = v end
+    combos[#combos + 1] = combo
+  end
+end
+
+--[[
+Every combination of a matrix, as GitHub Actions makes them: the product
+of the values ({shard = {1, 2}, os = {"a"}} -> {os="a",shard=1},
+{os="a",shard=2}), less those matching an `exclude` entry, then each
+`include` entry added (see apply_include). Ids list the keys in sorted
+order, so they are stable.
+]]
+function M.combinations(matrix)
+  local keys = base_keys(matrix)
+  local own = {}
+  for _, k in ipairs(keys) do own[k] = true end
+  local combos = {}
+  for _, combo in ipairs(product(matrix, keys)) do
+    local excluded = false
+    for _, entry in ipairs(matrix.exclude or {}) do excluded = excluded or has_all(combo, entry) end
+    if not excluded then combos[#combos + 1] = combo end
+  end
+  local originals = #combos
+  for _, entry in ipairs(matrix.include or {}) do apply_include(combos, originals, entry, own) end
+  return combos
 end
 
 function M.instance_id(step_name, combo, keys)
   if not combo then return step_name end
+  keys = keys or validate.sorted_keys(combo)
   local parts = {}
   for _, key in ipairs(keys) do parts[#parts + 1] = key .. "=" .. format_value(combo[key]) end
   return step_name .. "[" .. table.concat(parts, ",") .. "]"
 end
 
-local function new_instance(step, combo, keys)
+local function new_instance(step, combo)
   return {
-    id = M.instance_id(step.name, combo, keys), step = step.name, matrix = combo,
+    id = M.instance_id(step.name, combo), step = step.name, matrix = combo,
     needs = {}, status = "pending", attempts = {}, artifacts = {},
     timeout = step.timeout, continue_on_error = step.continue_on_error == true,
     always = step.always == true, def = step,
@@ -50,10 +110,21 @@ end
 
 local function expand_step(step)
   if not step.matrix then return { new_instance(step) } end
-  local combos, keys = M.combinations(step.matrix)
   local out = {}
-  for _, combo in ipairs(combos) do out[#out + 1] = new_instance(step, combo, keys) end
+  for _, combo in ipairs(M.combinations(step.matrix)) do out[#out + 1] = new_instance(step, combo) end
   return out
+end
+
+-- Whether an instance of a needed step is one `inst` waits for: a matrix
+-- instance needing a matrix step waits only for the instances that agree
+-- on the keys both have (test[cc=gcc] for build[cc=gcc], not
+-- build[cc=clang]); without a key in common, for every instance.
+function M.matches(inst, dep)
+  if not (inst.matrix and dep.matrix) then return true end
+  for k, v in pairs(inst.matrix) do
+    if dep.matrix[k] ~= nil and dep.matrix[k] ~= v then return false end
+  end
+  return true
 end
 
 -- Kahn's algorithm over steps, ties broken by definition order.
@@ -77,21 +148,50 @@ function M.step_order(steps)
   return order
 end
 
--- Returns the instances in topological order; each inst.needs lists the ids
--- of every instance of every step it needs (dependents wait for all of them).
-function M.instances(def)
-  local by_step, all = {}, {}
+-- Adds to inst.needs the instances of `need` it waits for (see matches);
+-- returns false when none of them matches.
+local function add_needs(inst, deps)
+  local any = false
+  for _, dep in ipairs(deps) do
+    if M.matches(inst, dep) then inst.needs[#inst.needs + 1] = dep.id; any = true end
+  end
+  return any
+end
+
+-- Returns the instances in topological order, each inst.needs the ids of
+-- the instances it waits for (see matches), and the problems found (an
+-- empty matrix, a combination given twice, a matrix instance with no
+-- matching instance of a step it needs), or nil.
+function M.expand(def)
+  local by_step, all, problems, seen = {}, {}, {}, {}
   for _, step in ipairs(M.step_order(def.steps)) do
     local insts = expand_step(step)
     by_step[step.name] = insts
+    if #insts == 0 then problems[#problems + 1] = ("step '%s': its matrix excludes every combination"):format(step.name) end
     for _, inst in ipairs(insts) do
+      if seen[inst.id] then problems[#problems + 1] = ("step '%s': the matrix gives %s twice"):format(step.name, inst.id) end
+      seen[inst.id] = true
       for _, need in ipairs(validate.needs_list(step)) do
-        for _, dep in ipairs(by_step[need]) do inst.needs[#inst.needs + 1] = dep.id end
+        if not add_needs(inst, by_step[need]) and #by_step[need] > 0 then
+          problems[#problems + 1] = ("%s needs '%s', but no instance of '%s' has its matrix values")
+            :format(inst.id, need, need)
+        end
       end
       all[#all + 1] = inst
     end
   end
-  return all
+  return all, #problems > 0 and problems or nil
+end
+
+function M.instances(def)
+  return (M.expand(def))
+end
+
+-- Raises the invalid_workflow error for the problems expand finds.
+function M.check(def)
+  local _, problems = M.expand(def)
+  if problems then error(validate.new_error(def.name, problems), 0) end
+  return def
 end
 
 -- Keeps the instances of the named steps (or instance ids) and everything

@@ -1,6 +1,6 @@
 -- Workflow observer showing a run to a person.
 --
--- Live view (stdout is a terminal and NO_COLOR is unset): finished steps
+-- Live view (stdout is a terminal whose TERM is not "dumb"): finished steps
 -- are printed once, with a mark, duration and attempts; below them one
 -- line per running step (spinner, elapsed time, its latest output line,
 -- cut to the terminal width) and a footer with the counts. That block is
@@ -8,8 +8,11 @@
 -- times a second (10/s by default), never from an output event: a step
 -- printing megabytes costs one string match per chunk, not a redraw.
 --
--- Plain view (not a terminal, or NO_COLOR set; CI logs): one line per
+-- Plain view (not a terminal, or TERM=dumb; CI logs): one line per
 -- event or output line, prefixed with the step id ("[build] make: ...").
+--
+-- NO_COLOR (https://no-color.org) only drops the colours, in both views and
+-- the summary: the live view itself is not colour.
 --
 -- With opts.summary, both print the summary table (smol.workflow.summary)
 -- when the run ends; `smolwf run` prints it itself by default.
@@ -26,6 +29,8 @@ local MAX_PARTIAL = 64 * 1024
 local TAIL_SCAN = 4096
 -- Live lines shown at most; more running steps are folded into "... and N more".
 local MAX_LIVE = 12
+-- Lines of a failed step's stderr shown under it.
+M.STDERR_LINES = 8
 
 --- Whether stdout is a terminal (asked of the kernel: no fork, no guess
 --- from the environment).
@@ -41,14 +46,19 @@ function M.terminal_width()
   return w or 80
 end
 
---- Options for summary.render matching where stdout goes: colours and the
---- terminal's width in a terminal (unless NO_COLOR), plain and uncut otherwise.
+--- Whether NO_COLOR is set (to anything but ""), as no-color.org asks.
+function M.no_color()
+  local v = os.getenv("NO_COLOR")
+  return v ~= nil and v ~= ""
+end
+
+--- Options for summary.render matching where stdout goes: the terminal's
+--- width in a terminal (colours unless NO_COLOR), plain and uncut otherwise.
 function M.summary_options()
-  local no_color = os.getenv("NO_COLOR")
-  if (no_color ~= nil and no_color ~= "") or os.getenv("TERM") == "dumb" or not M.stdout_is_terminal() then
+  if os.getenv("TERM") == "dumb" or not M.stdout_is_terminal() then
     return {color = false}
   end
-  return {color = true, width = M.terminal_width() - 1}
+  return {color = not M.no_color(), width = M.terminal_width() - 1}
 end
 
 -- The terminal width, asked again at most once a second (a resize shows
@@ -99,6 +109,8 @@ end
 local function finished_line(inst, color, max_id)
   local parts = {text.paint(text.mark(inst.status), text.sgr[inst.status], color), shown_id(inst, max_id)}
   if text.ran(inst) then parts[#parts + 1] = text.duration(inst.duration) end
+  local reused = text.reuse_label(inst)
+  if reused then parts[#parts + 1] = text.paint(reused, "2", color) end
   local tries = text.attempts_label(inst)
   if tries ~= "" then parts[#parts + 1] = tries end
   if inst.status ~= "success" then parts[#parts + 1] = text.paint(note_of(inst), text.sgr[inst.status], color) end
@@ -187,6 +199,19 @@ function Plain:step_retry(_, inst, attempt_no, delay, err)
   self.out:flush()
 end
 
+-- "interrupted: running the `always` steps (up to 30s; Ctrl-C again skips them)".
+local function interrupted_line(signal, grace)
+  local what = signal == "INT" and "interrupted" or ("interrupted by SIG" .. tostring(signal))
+  if not grace then return what .. ": stopping the running steps" end
+  return string.format("%s: stopping the running steps, then the `always` steps get up to %gs (Ctrl-C again skips them)",
+    what, grace)
+end
+
+function Plain:run_interrupted(_, signal, grace)
+  self.out:write(interrupted_line(signal, grace), "\n")
+  self.out:flush()
+end
+
 function Plain:step_finished(_, inst)
   self:flush_partial(inst)
   self.out:write(finished_line(inst, false), "\n")
@@ -254,6 +279,16 @@ function Live:step_finished(_, inst)
   -- Cut to the width: a wrapped line would scroll the live block apart.
   local width = math.max(self.width() - 1, 20)
   self.finished[#self.finished + 1] = text.truncate_styled(finished_line(inst, self.color, width // 2), width)
+  for _, line in ipairs(text.failure_details(inst, M.STDERR_LINES)) do
+    for _, part in ipairs(text.wrap(line, width - 5)) do
+      self.finished[#self.finished + 1] = "   " .. text.paint("│ " .. part, "2", self.color)
+    end
+  end
+end
+
+function Live:run_interrupted(_, signal, grace)
+  self.finished[#self.finished + 1] = text.paint("⚠ " .. interrupted_line(signal, grace), "33", self.color)
+  self:draw()
 end
 
 function Live:ensure_ticking()
@@ -333,14 +368,15 @@ function Live:draw(final)
 end
 
 --- How many lines someone else wrote below the live block before an
---- interrupted run's final redraw. Ctrl-C ends the main chunk with the
---- interrupt error: the host prints "smolwf: interrupted" (one line, on the
---- terminal when stderr is one) and only then do the exit hooks finish the
---- run and call run_finished (smol.workflow.runner's finalize). Without
---- counting that line, the erase stops one line short and a stale live
---- line stays on the screen.
+--- interrupted run's final redraw. The runner catches Ctrl-C itself, but
+--- when it cannot (a run inside a task), the interrupt error ends the main
+--- chunk: the host prints "smolwf: interrupted" (one line, on the terminal
+--- when stderr is one) and only then do the exit hooks finish the run
+--- (run.cut_short) and call run_finished (smol.workflow.runner's
+--- finalize). Without counting that line, the erase stops one line short
+--- and a stale live line stays on the screen.
 function M.stray_lines_before_final(run)
-  if not (run and run.result == "cancelled" and core.isatty(2)) then return 0 end
+  if not (run and run.cut_short and run.result == "cancelled" and core.isatty(2)) then return 0 end
   for _, inst in ipairs(run.instances or {}) do
     if inst.status == "cancelled" and tostring(inst.error):find("interrupted", 1, true) then return 1 end
   end
@@ -366,10 +402,8 @@ end
 
 --- A new progress observer.
 --- opts.out      where to write (write/flush; default io.stdout)
---- opts.live     live view (default: stdout is a terminal, NO_COLOR unset
----               or empty, TERM not "dumb", and opts.no_color not true)
---- opts.no_color the caller saw NO_COLOR: plain lines
---- opts.color    colours in the live view (default true)
+--- opts.live     live view (default: stdout is a terminal and TERM is not "dumb")
+--- opts.color    colours in the live view (default: unless NO_COLOR is set)
 --- opts.width    columns, a number or a function (default: the terminal's)
 --- opts.interval seconds between redraws (default 0.1)
 --- opts.summary  also print the summary table at the end (default false:
@@ -378,16 +412,14 @@ function M.new(opts)
   opts = opts or {}
   local live = opts.live
   if live == nil then
-    local no_color = os.getenv("NO_COLOR")
-    live = not opts.no_color and (no_color == nil or no_color == "") and os.getenv("TERM") ~= "dumb"
-      and M.stdout_is_terminal()
+    live = os.getenv("TERM") ~= "dumb" and M.stdout_is_terminal()
   end
   local self = {out = opts.out or io.stdout, summary = opts.summary == true}
   if not live then
     self.partial, self.prefixes = {}, setmetatable({}, {__mode = "k"})
     return setmetatable(self, Plain)
   end
-  self.color = opts.color ~= false
+  if opts.color == nil then self.color = not M.no_color() else self.color = opts.color end
   self.width = width_function(opts.width)
   self.interval = opts.interval or 0.1
   self.clock, self.new_timer = core.time, core.timer

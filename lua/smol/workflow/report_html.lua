@@ -1,10 +1,11 @@
 -- report.html: one self-contained page (inline CSS and SVG, no script, no
 -- external URL, so it opens offline and from a CI artifact store) with the
--- run's result (and the sandbox it got), a Gantt timeline of the steps, the
--- summary table, and each step's artifacts (links relative to the report
+-- run's result (and the sandbox it got), a Gantt timeline of the steps
+-- beside the graph of the steps (smol.workflow.graph), the summary table, and each step's artifacts (links relative to the report
 -- directory) and stdout/stderr in a collapsible <details>, HTML-escaped.
 local text = require "smol.workflow.text"
 local gantt = require "smol.workflow.gantt"
+local graph = require "smol.workflow.graph"
 local reportdir = require "smol.workflow.reportdir"
 
 local M = {}
@@ -17,7 +18,15 @@ local STYLE = [[
 :root{--ok:#1f883d;--fail:#cf222e;--timeout:#d4650b;--cancel:#8250df;--skip:#8c959f;
 --queue:#d0d7de;--run:#0969da;--fg:#1f2328;--muted:#59636e;--line:#d1d9e0;--bg:#f6f8fa}
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;color:var(--fg);
-margin:0 auto;padding:24px 32px;max-width:1100px}
+margin:0 auto;padding:24px 32px;max-width:1600px}
+.views{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start}.views>section{flex:1 1 560px;min-width:0}
+.views h2{margin-top:0}
+svg.graph{display:block;max-width:100%;height:auto}svg.graph text{font:12px system-ui,sans-serif;fill:#fff}
+svg.graph .edge{fill:none;stroke:var(--skip);stroke-width:1.3}
+svg.graph .node{stroke:none}svg.graph .success{fill:var(--ok)}svg.graph .failed{fill:var(--fail)}
+svg.graph .timed_out{fill:var(--timeout)}svg.graph .cancelled{fill:var(--cancel)}
+svg.graph .skipped,svg.graph .pending,svg.graph .queued{fill:var(--skip)}svg.graph .running{fill:var(--run)}
+pre.value{max-height:16em}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 10px;border-bottom:1px solid var(--line);padding-bottom:4px}
 .meta{color:var(--muted);margin:0}
 .badge{display:inline-block;padding:1px 10px;border-radius:12px;font-size:13px;color:#fff;vertical-align:middle}
@@ -62,14 +71,28 @@ local function sandbox_html(sb)
   return string.format(' · sandbox <span class="%s">%s</span>', sb.isolation == "none" and "warn" or "sb", esc(label))
 end
 
+-- " · resumed from <a>the run in DIR</a>" (a link to its report).
+local function resumed_html(run)
+  if not run.resumed_from then return "" end
+  local target = run.resumed_from:gsub("/+$", "")
+  local here = (run.report_dir or ""):gsub("/+$", "")
+  local href = target .. "/report.html"
+  -- Sibling run directories (.smolwf/runs/A and B) link relatively, so the
+  -- link survives copying the runs elsewhere.
+  if (here:match("^(.*)/") or "") == (target:match("^(.*)/") or "") then
+    href = "../" .. target:match("[^/]*$") .. "/report.html"
+  end
+  return string.format(' · resumed from <a href="%s">%s</a>', esc(text.url_path(href), true), esc(target))
+end
+
 local function header_html(run)
   local started = run.started_at and os.date("!%Y-%m-%d %H:%M:%S UTC", math.floor(run.started_at)) or "not started"
   local result = tostring(run.result or "unfinished")
   local n = #(run.instances or {})
-  return string.format('<header><h1>%s <span class="badge %s">%s</span></h1>\n<p class="meta">started %s · took %s · %d step %s · jobs %s%s</p></header>\n',
+  return string.format('<header><h1>%s <span class="badge %s">%s</span></h1>\n<p class="meta">started %s · took %s · %d step %s · jobs %s%s%s</p></header>\n',
     esc(run.name or "workflow"), esc(result, true), esc(result), started,
     text.duration(run_duration(run)), n, n == 1 and "instance" or "instances",
-    esc(tostring(run.jobs or "-")), sandbox_html(run.sandbox))
+    esc(tostring(run.jobs or "-")), sandbox_html(run.sandbox), resumed_html(run))
 end
 
 -- U+23F1 (the terminal's timed-out mark) is missing from common fonts; a
@@ -109,7 +132,8 @@ local function table_row(run, inst, index, with_sandbox)
     string.format('<td class="num">%s</td><td class="num">%s</td>', start, duration_of(inst)),
     string.format('<td class="num">%d</td><td class="num">%s</td>', #(inst.attempts or {}), inst.exit_code or "-"),
     with_sandbox and string.format('<td class="sandbox">%s</td>', esc(text.sandbox_label(inst.sandbox) or "-")) or "",
-    string.format('<td class="note">%s</td>', esc(inst.error and text.strip_status(inst.status, tostring(inst.error)) or "")),
+    string.format('<td class="note">%s</td>', esc(inst.error and text.strip_status(inst.status, tostring(inst.error))
+      or text.reuse_label(inst) or "")),
     "</tr>\n"}
 end
 
@@ -122,11 +146,13 @@ local function table_html(run)
   return table.concat(out)
 end
 
-local function stream_html(run, rel, stream)
+local function stream_html(run, inst, rel, stream)
   local data, cut = reportdir.read_tail(reportdir.join(run.report_dir, rel), M.MAX_LOG_BYTES)
   local link = string.format('<a href="%s">%s</a>', esc(text.url_path(rel), true), esc(rel))
   if not data or data == "" then return string.format('<h3>%s</h3><p class="empty">empty</p>', stream) end
   local note = cut and string.format(" — last %d KiB shown, full log: %s", M.MAX_LOG_BYTES // 1024, link) or " — " .. link
+  local dropped = inst.log_dropped and inst.log_dropped[stream]
+  if dropped then note = note .. string.format(" (the log dropped the first %s to stay under its cap)", text.bytes(dropped)) end
   return string.format("<h3>%s%s</h3><pre>%s</pre>", stream, note, esc(data))
 end
 
@@ -143,7 +169,7 @@ local function logs_html(run, inst)
   if not has_log_file(run, inst) then return '<p class="empty">no output</p>' end
   local parts = {}
   for _, stream in ipairs({"stdout", "stderr"}) do
-    if inst.logs[stream] then parts[#parts + 1] = stream_html(run, inst.logs[stream], stream) end
+    if inst.logs[stream] then parts[#parts + 1] = stream_html(run, inst, inst.logs[stream], stream) end
   end
   return table.concat(parts, "\n")
 end
@@ -164,6 +190,16 @@ local function artifacts_html(run, inst)
   return string.format('<h3>artifacts</h3><ul class="artifacts">%s</ul>\n', table.concat(items))
 end
 
+-- The step's return value, as report.json has it (JSON), when it returned one.
+local function value_html(inst)
+  if inst.value == nil then return "" end
+  local jsontext = require "smol.workflow.jsontext"
+  local value, why = jsontext.exact(inst.value)
+  local body = value ~= nil and esc(jsontext.encode(value))
+    or string.format('<span class="empty">not JSON-representable: %s</span>', esc(why))
+  return string.format('<h3>return value</h3><pre class="value">%s</pre>\n', body)
+end
+
 local function details_html(run, inst, index)
   -- Failures open by default: that is the log a reader came for.
   local open = (inst.status == "failed" or inst.status == "timed_out") and " open" or ""
@@ -174,7 +210,7 @@ local function details_html(run, inst, index)
   return string.format('<details id="log-%d"%s><summary><span class="st-%s">%s</span> <b>%s</b> — %s, %s%s</summary>\n<div class="log">%s%s</div></details>\n',
     index, open, esc(inst.status, true), mark(inst.status), esc(inst.id), esc(text.word(inst.status)),
     duration_of(inst), #extra > 0 and ", " .. table.concat(extra, ", ") or "",
-    artifacts_html(run, inst), logs_html(run, inst))
+    value_html(inst) .. artifacts_html(run, inst), logs_html(run, inst))
 end
 
 --- The page as a string.
@@ -183,16 +219,17 @@ function M.render(run)
     '<meta name="viewport" content="width=device-width, initial-scale=1">',
     string.format("<title>%s — %s</title>", esc(run.name or "workflow"), esc(tostring(run.result or "unfinished"))),
     "<style>", STYLE, "</style></head><body>\n", header_html(run),
-    '<h2>Timeline</h2><div class="chart">', gantt.render(run), "</div>\n",
+    '<div class="views"><section><h2>Timeline</h2><div class="chart">', gantt.render(run), "</div></section>\n",
+    '<section><h2>Graph</h2><div class="chart">', graph.svg(run), "</div></section></div>\n",
     "<h2>Steps</h2>", table_html(run), "<h2>Logs</h2>\n"}
   for i, inst in ipairs(run.instances or {}) do out[#out + 1] = details_html(run, inst, i) end
   out[#out + 1] = "</body></html>\n"
   return table.concat(out)
 end
 
---- Writes run.report_dir/report.html (atomically); returns its path.
-function M.write(run)
-  return reportdir.write_report(run, "report.html", M.render(run))
+--- Writes run.report_dir/report.html (atomically; opts.mask hides the secrets); returns its path.
+function M.write(run, opts)
+  return reportdir.write_report(run, "report.html", M.render(run), opts and opts.mask)
 end
 
 return M

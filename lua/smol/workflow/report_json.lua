@@ -29,7 +29,16 @@ local function logs_json(run, inst)
   return logs
 end
 
+-- The step's return value when JSON can say it exactly; else null and why.
+local function value_json(inst)
+  if inst.value == nil then return jsontext.null, jsontext.null end
+  local value, why = jsontext.exact(inst.value)
+  if value == nil then return jsontext.null, "not JSON-representable: " .. why end
+  return value, jsontext.null
+end
+
 local function instance_json(run, inst)
+  local value, value_note = value_json(inst)
   local attempts = {}
   for i, a in ipairs(inst.attempts or {}) do attempts[i] = attempt_json(a) end
   return {
@@ -39,7 +48,12 @@ local function instance_json(run, inst)
     exit_code = opt(inst.exit_code), timeout = opt(inst.timeout), error = message(inst.error),
     continue_on_error = inst.continue_on_error or false, always = inst.always or false,
     artifacts = array(inst.artifacts), logs = logs_json(run, inst),
-    sandbox = opt(jsontext.plain(inst.sandbox)),
+    sandbox = opt(jsontext.plain(inst.sandbox)), value = value, value_note = value_note,
+    -- The step cache: {status = "hit"/"miss"/"uncacheable", key, changed, reason, note, stored}.
+    cache = opt(inst.cache and jsontext.plain(inst.cache)),
+    resumed_from = opt(inst.resumed_from),
+    -- Bytes of the oldest output each log dropped to stay under its cap.
+    logs_dropped = opt(inst.log_dropped and jsontext.plain(inst.log_dropped)),
   }
 end
 
@@ -55,12 +69,14 @@ function M.build(run)
     -- The session the steps shared (profile, isolation, network), null
     -- until the engine records it; a step with its own has inst.sandbox.
     sandbox = opt(jsontext.plain(run.sandbox)),
+    -- The report directory of the run this one resumed (--resume), or null.
+    resumed_from = opt(run.resumed_from),
   }
 end
 
---- Writes run.report_dir/report.json (atomically); returns its path.
-function M.write(run)
-  return reportdir.write_report(run, "report.json", jsontext.encode(M.build(run)) .. "\n")
+--- Writes run.report_dir/report.json (atomically; opts.mask hides the secrets); returns its path.
+function M.write(run, opts)
+  return reportdir.write_report(run, "report.json", jsontext.encode(M.build(run)) .. "\n", opts and opts.mask)
 end
 
 return M

@@ -103,9 +103,9 @@ function M.render(run)
   return table.concat(out)
 end
 
---- Writes run.report_dir/junit.xml (atomically); returns its path.
-function M.write(run)
-  return reportdir.write_report(run, "junit.xml", M.render(run))
+--- Writes run.report_dir/junit.xml (atomically; opts.mask hides the secrets); returns its path.
+function M.write(run, opts)
+  return reportdir.write_report(run, "junit.xml", M.render(run), opts and opts.mask)
 end
 
 return M

@@ -31,8 +31,10 @@ function M.write_atomic(path, text)
   if not renamed then os.remove(tmp); fail("rename into place", path, rerr) end
 end
 
---- Writes one report file, run.report_dir/NAME, atomically; returns its path.
-function M.write_report(run, name, text)
+--- Writes one report file, run.report_dir/NAME, atomically, with the
+--- secrets `masker` knows (smol.workflow.mask) hidden; returns its path.
+function M.write_report(run, name, text, masker)
+  if masker then text = masker:text(text) end
   M.ensure_dir(run.report_dir)
   local path = M.join(run.report_dir, name)
   M.write_atomic(path, text)

@@ -1,6 +1,12 @@
 -- The sandbox sessions of one run, opened lazily on first use and closed
--- when the run ends. Steps sharing a key share one session; concurrent first
--- uses wait for a single open instead of racing to open several.
+-- when the run ends (or, for an instance's own session, when it ends).
+-- Steps sharing a key share one session; concurrent first uses wait for a
+-- single open instead of racing to open several.
+--
+-- An instance's own session may be made from another open session
+-- instead (`from`): forked, where that session can fork (it announces the
+-- `fork` capability and has a fork method), so it starts with that
+-- session's files as they are; else opened afresh from the spec.
 local task = require "smol.task"
 
 local Sessions = {}
@@ -47,16 +53,32 @@ function Sessions:info(key)
   return self.infos[key]
 end
 
-function Sessions:open_entry(key, spec, on_progress)
+-- The open session `key` can be forked from, or nil.
+function Sessions:forkable(from)
+  local entry = from and self.entries[from]
+  local session = entry and entry.session
+  if session and type(session.capabilities) == "table" and session.capabilities.fork
+      and type(session.fork) == "function" then
+    return session
+  end
+end
+
+function Sessions:open_entry(key, spec, from, on_progress)
   local entry = { ready = task.event() }
   self.entries[key] = entry
-  local open_spec = copy(spec)
-  open_spec.on_progress = on_progress
-  local ok, result = pcall(self.open, open_spec)
+  local parent = self:forkable(from)
+  local ok, result
+  if parent then ok, result = pcall(parent.fork, parent)
+  else
+    local open_spec = copy(spec)
+    open_spec.on_progress = on_progress
+    ok, result = pcall(self.open, open_spec)
+  end
   if ok then
     entry.session = result
     self.list[#self.list + 1] = result
     self.infos[key] = describe(spec or {}, result)
+    self.infos[key].forked_from = parent and from or nil
     if self.on_open then self.on_open(result, key, self.infos[key]) end
   elseif is_cancel(result) then
     -- The step that was opening it was cancelled: forget the attempt so the
@@ -70,17 +92,31 @@ function Sessions:open_entry(key, spec, on_progress)
   return result
 end
 
--- Returns the session for `key`, opening it from `spec` the first time
--- (on_progress(ev), if given, sees the open's progress events).
--- A failed open is remembered: every step using that session fails with it.
-function Sessions:get(key, spec, on_progress)
+-- Returns the session for `key`, opening it from `spec` (or forking the
+-- session `from`, see above) the first time; on_progress(ev), if given, sees the open's progress
+-- events. A failed open is remembered:
+-- every step using that session fails with it.
+function Sessions:get(key, spec, from, on_progress)
   while true do
     local entry = self.entries[key]
-    if not entry then return self:open_entry(key, spec, on_progress) end
+    if not entry then return self:open_entry(key, spec, from, on_progress) end
     entry.ready:wait()
     if entry.session then return entry.session end
     if entry.err then error(entry.err, 0) end
   end
+end
+
+-- Closes the session `key` if it was opened (an instance's own, when the
+-- instance ends); returns the error message of a failed close, or nil.
+function Sessions:close(key)
+  local entry = self.entries[key]
+  self.entries[key] = nil
+  if not (entry and entry.session) then return nil end
+  for i, s in ipairs(self.list) do
+    if s == entry.session then table.remove(self.list, i); break end
+  end
+  local ok, err = pcall(entry.session.close, entry.session)
+  if not ok then return tostring(err) end
 end
 
 -- Closes every session opened so far; errors on close are collected, not raised,

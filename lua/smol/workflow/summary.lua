@@ -22,6 +22,8 @@ local MAX_NOTE_LINES = 3
 -- Ids are never cut below this many characters to make the table fit.
 local MIN_STEP = 8
 local SEP = "  "
+-- Lines of a failed step's stderr shown below its row.
+M.STDERR_LINES = 8
 
 local function note_of(inst, opts)
   if inst.error == nil then return "" end
@@ -31,11 +33,12 @@ local function note_of(inst, opts)
 end
 
 local function row_of(inst, opts)
+  local reused = text.reuse_label(inst)
   return {
-    text.mark(inst.status), text.terminal_line(tostring(inst.id)), text.word(inst.status),
+    text.mark(inst.status), text.terminal_line(tostring(inst.id)), reused and reused:match("^%S+") or text.word(inst.status),
     text.ran(inst) and text.duration(inst.duration) or "-", tostring(inst.attempts and #inst.attempts or 0),
-    inst.exit_code and tostring(inst.exit_code) or "-", note_of(inst, opts),
-    status = inst.status,
+    inst.exit_code and tostring(inst.exit_code) or "-", reused and text.terminal_line(reused) or note_of(inst, opts),
+    status = inst.status, tail = text.failure_details(inst, M.STDERR_LINES),
   }
 end
 
@@ -120,6 +123,10 @@ local function format_row(row, layout, opts)
     lines[i] = (l:gsub("%s+$", ""))
   end
   lines[1] = paint_mark(lines[1], row, opts)
+  for _, tail_line in ipairs(row.tail or {}) do
+    local parts = opts.width and text.wrap(tail_line, math.max(opts.width - 5, 10)) or {tail_line}
+    for _, part in ipairs(parts) do lines[#lines + 1] = text.paint("   │ " .. part, "2", opts.color) end
+  end
   return table.concat(lines, "\n")
 end
 
@@ -135,7 +142,10 @@ local function counts_line(run)
     if counts[status] then parts[#parts + 1] = counts[status] .. " " .. text.word(status) end
   end
   local noun = total == 1 and "step" or "steps"
-  return string.format("%d %s: %s", total, noun, table.concat(parts, ", "))
+  local reused = 0
+  for _, inst in ipairs(run.instances or {}) do if text.reuse_label(inst) then reused = reused + 1 end end
+  local tail = reused > 0 and string.format(" (%d cached or reused)", reused) or ""
+  return string.format("%d %s: %s%s", total, noun, table.concat(parts, ", "), tail)
 end
 
 -- "ci failure in 4.8s — 8 steps: ...", wrapped at spaces to opts.width.

@@ -189,10 +189,85 @@ function M.last_lines(s, n)
   return table.concat(lines, "\n", math.max(1, #lines - n + 1), #lines)
 end
 
---- The message of an error value: tables use __tostring (smol.errors), strings stay.
+local function sorted_keys(t)
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  table.sort(keys, function(a, b)
+    if type(a) == type(b) and (type(a) == "number" or type(a) == "string") then return a < b end
+    return type(a) < type(b)
+  end)
+  return keys
+end
+
+local function is_sequence(t)
+  local n = 0
+  for _ in pairs(t) do n = n + 1 end
+  return n == #t
+end
+
+local SHOW_DEFAULTS = {entries = 4, depth = 2, string = 40}
+
+--- A short rendering of a value for messages ("0", '"x"', "{shard = 3}"):
+--- at most limits.entries entries per table, limits.depth levels, strings
+--- cut at limits.string bytes (defaults 4, 2, 40).
+function M.show(v, limits, depth)
+  limits, depth = limits or SHOW_DEFAULTS, depth or 0
+  if type(v) == "string" then
+    local max = limits.string
+    return ("%q"):format(#v > max and (v:sub(1, max - 3) .. "...") or v)
+  end
+  if type(v) ~= "table" then
+    return (type(v) == "number" or type(v) == "boolean" or v == nil) and tostring(v) or type(v)
+  end
+  if next(v) == nil then return "{}" end
+  if depth >= limits.depth then return "{...}" end
+  local parts, list = {}, is_sequence(v)
+  for i, k in ipairs(sorted_keys(v)) do
+    if i > limits.entries then parts[#parts + 1] = "..."; break end
+    local item = M.show(v[k], limits, depth + 1)
+    parts[#parts + 1] = list and item or (("%s = %s"):format(tostring(k), item))
+  end
+  return "{" .. table.concat(parts, ", ") .. "}"
+end
+
+local ERROR_LIMITS = {entries = 12, depth = 3, string = 400}
+
+--- What to show under a failed instance, besides its note: for a replay
+--- mismatch the rest of its message (the recorded and the actual request
+--- side by side, every differing value whole), else the last `n` lines of
+--- its stderr (see stderr_tail). Lines are safe for a terminal.
+function M.failure_details(inst, n)
+  if inst.error_code == "replay_mismatch" and inst.status == "failed" then
+    local lines, first = {}, true
+    for line in tostring(inst.error):gmatch("[^\n]+") do
+      if not first then lines[#lines + 1] = M.terminal_line(line) end
+      first = false
+    end
+    return lines
+  end
+  return M.stderr_tail(inst, n)
+end
+
+--- The last `n` non-blank lines of a failed instance's stderr
+--- (inst.stderr_tail), each made safe for a terminal; {} when it has none
+--- or did not fail.
+function M.stderr_tail(inst, n)
+  if not (inst.status == "failed" or inst.status == "timed_out") or not inst.stderr_tail then return {} end
+  local lines = {}
+  for line in inst.stderr_tail:gmatch("[^\r\n]+") do
+    if line:find("%S") then lines[#lines + 1] = M.terminal_line(line) end
+  end
+  return table.move(lines, math.max(1, #lines - n + 1), #lines, 1, {})
+end
+
+--- The message of an error value: strings stay, tables use __tostring
+--- (smol.errors) or else show their fields ("error {code = 7}"), so an
+--- `error({code = 7})` never reads "table: 0x55e5...".
 function M.message(err)
   if err == nil then return nil end
-  return tostring(err)
+  local mt = getmetatable(err)
+  if type(err) ~= "table" or (mt and mt.__tostring) then return tostring(err) end
+  return "error " .. M.show(err, ERROR_LIMITS)
 end
 
 --- msg without a leading "<status>:" the engine may have put there
@@ -226,10 +301,27 @@ function M.sandbox_label(sb)
   return string.format("%s (%s%s)", profile, isolation, network)
 end
 
+--- "cached 38831d65ee3b" for an instance whose result came from the step
+--- cache, "reused from RUN" for one a resumed run took over; nil otherwise.
+function M.reuse_label(inst)
+  if inst.resumed_from then return "reused from " .. tostring(inst.resumed_from) end
+  if type(inst.cache) == "table" and inst.cache.status == "hit" then
+    return "cached " .. tostring(inst.cache.key):sub(1, 12)
+  end
+end
+
 --- Whether the instance ever started an attempt (a skipped or cancelled
 --- one may not have: it has no duration worth showing).
 function M.ran(inst)
   return inst.attempts ~= nil and #inst.attempts > 0
+end
+
+--- "812 B", "3.4 KiB", "64.0 MiB", "1.2 GiB".
+function M.bytes(n)
+  if n < 1024 then return string.format("%d B", n) end
+  local units, i = {"KiB", "MiB", "GiB", "TiB"}, 0
+  repeat n, i = n / 1024, i + 1 until n < 1024 or i == #units
+  return string.format("%.1f %s", n, units[i])
 end
 
 --- "1 artifact", "3 artifacts".

@@ -3,6 +3,8 @@
 -- Every problem found is collected (not just the first) so that a user fixes
 -- a workflow in one go; each message names the step and the field involved.
 -- The result is one error value {code = "invalid_workflow", problems = {...}}.
+local text = require "smol.workflow.text"
+
 local M = {}
 
 local INVALID_MT = {
@@ -11,13 +13,17 @@ local INVALID_MT = {
 
 local WORKFLOW_FIELDS = {
   name = "string", description = "string", sandbox = "sandbox",
-  jobs = "count", steps = "steps", params = "table",
+  jobs = "count", steps = "steps", params = "table", env = "env", secrets = "secrets",
 }
 local STEP_FIELDS = {
   name = "name", run = "function", needs = "needs", timeout = "positive",
   matrix = "matrix", retry = "retry", continue_on_error = "boolean",
   always = "boolean", sandbox = "sandbox", description = "string",
+  env = "env", when = "function", ["if"] = "function", isolate = "boolean",
+  inputs = "globs", outputs = "globs", cache = "boolean",
 }
+-- A secret comes from the host's environment or from a --param.
+local SECRET_FIELDS = { env = "string", param = "string" }
 -- sandbox.open's options (smol.sandbox): a misspelled one would be ignored.
 local SANDBOX_FIELDS = {
   program = "program", profile = "profile", workspace = "string", cwd = "string",
@@ -47,16 +53,23 @@ local function sorted_keys(t)
   return keys
 end
 
--- "did you mean 'needs'?" when a known field is close, else the list of fields.
-local function unknown_field_hint(field, known)
+-- The candidate closest to `word` when it is close enough to be what was
+-- meant (a typo: at most 2 edits, or a third of the word), else nil.
+function M.closest(word, candidates)
+  local sorted = table.move(candidates, 1, #candidates, 1, {})
+  table.sort(sorted)
   local best, best_d = nil, math.huge
-  for _, name in ipairs(sorted_keys(known)) do
-    local d = distance(field, name)
+  for _, name in ipairs(sorted) do
+    local d = distance(word, name)
     if d < best_d then best, best_d = name, d end
   end
-  if best and best_d <= math.max(2, #field // 3) then
-    return ("did you mean '%s'?"):format(best)
-  end
+  if best and best_d <= math.max(2, #word // 3) then return best end
+end
+
+-- "did you mean 'needs'?" when a known field is close, else the list of fields.
+local function unknown_field_hint(field, known)
+  local best = M.closest(field, sorted_keys(known))
+  if best then return ("did you mean '%s'?"):format(best) end
   return "known fields: " .. table.concat(sorted_keys(known), ", ")
 end
 
@@ -82,14 +95,68 @@ local KIND_TEXT = {
   retry = "a table {attempts = N, backoff = SECONDS, when = function}",
   name = "a non-empty string without '[' or ']'", steps = "a non-empty list of steps",
   sandbox = "a table of sandbox.open options", profile = "a string or {provider = ..., name = ...}",
+  env = 'a table of environment variables, e.g. {CC = "gcc"}',
+  globs = 'a path pattern or a list of them, e.g. {"src/**.c", "Makefile"}',
+  secrets = 'a table of secrets, e.g. {TOKEN = {env = "TOKEN"}, KEY = {param = "key"}}',
 }
 
+local ENV_NAME = "^[%a_][%w_]*$"
+
+local function env_ok(v)
+  if type(v) ~= "table" then return false end
+  for k, x in pairs(v) do
+    if type(k) ~= "string" or not k:find(ENV_NAME) or type(x) ~= "string" then return false end
+  end
+  return true
+end
+
+local function globs_ok(v)
+  if type(v) == "string" then return v ~= "" end
+  if not is_list(v) then return false end
+  for _, x in ipairs(v) do
+    if type(x) ~= "string" or x == "" then return false end
+  end
+  return true
+end
+
+local function secrets_ok(v)
+  if type(v) ~= "table" then return false end
+  for k, x in pairs(v) do
+    if type(k) ~= "string" or not k:find(ENV_NAME) or type(x) ~= "table" then return false end
+  end
+  return true
+end
+
+-- An include/exclude entry: a non-empty table of matrix values by key.
+local function combination_ok(c)
+  if type(c) ~= "table" or next(c) == nil then return false end
+  for k, x in pairs(c) do
+    if type(k) ~= "string" or not is_scalar(x) then return false end
+  end
+  return true
+end
+
+local function combinations_ok(list)
+  if not is_list(list) or #list == 0 then return false end
+  for _, c in ipairs(list) do
+    if not combination_ok(c) then return false end
+  end
+  return true
+end
+
+-- {key = {values...}, include = {{...}}, exclude = {{...}}}, as GitHub
+-- Actions has it: at least one key, or an include list.
 local function matrix_ok(v)
   if type(v) ~= "table" or next(v) == nil then return false end
   for k, values in pairs(v) do
-    if type(k) ~= "string" or not is_list(values) or #values == 0 then return false end
-    for _, x in ipairs(values) do
-      if not is_scalar(x) then return false end
+    if k == "include" or k == "exclude" then
+      if not combinations_ok(values) then return false end
+    elseif type(k) ~= "string" or not is_list(values) or #values == 0 then
+      return false
+    else
+      for _, x in ipairs(values) do
+        if not is_scalar(x) then return false end
+      end
     end
   end
   return true
@@ -110,7 +177,7 @@ local CHECKS = {
   nonnegative = function(v) return type(v) == "number" and v >= 0 end,
   name = function(v) return type(v) == "string" and v ~= "" and not v:find("[%[%]]") end,
   steps = function(v) return is_list(v) and #v > 0 end,
-  needs = needs_ok, matrix = matrix_ok,
+  needs = needs_ok, matrix = matrix_ok, env = env_ok, globs = globs_ok, secrets = secrets_ok,
   retry = function(v) return type(v) == "table" end,
   sandbox = function(v) return type(v) == "table" end,
   profile = function(v) return type(v) == "string" or type(v) == "table" end,
@@ -124,26 +191,9 @@ local function value_ok(kind, v)
   return type(v) == kind
 end
 
-local SHOW_MAX_ENTRIES, SHOW_MAX_DEPTH = 4, 2
-
 -- A short rendering of a value for messages: the offending value itself
 -- ("0", "'x'", "{shard = 3}"), not just its type.
-local function show(v, depth)
-  depth = depth or 0
-  if type(v) == "string" then return ("%q"):format(#v > 40 and (v:sub(1, 37) .. "...") or v) end
-  if type(v) ~= "table" then
-    return (type(v) == "number" or type(v) == "boolean" or v == nil) and tostring(v) or type(v)
-  end
-  if next(v) == nil then return "{}" end
-  if depth >= SHOW_MAX_DEPTH then return "{...}" end
-  local parts, keys = {}, sorted_keys(v)
-  for i, k in ipairs(keys) do
-    if i > SHOW_MAX_ENTRIES then parts[#parts + 1] = "..."; break end
-    local item = show(v[k], depth + 1)
-    parts[#parts + 1] = is_list(v) and item or (("%s = %s"):format(tostring(k), item))
-  end
-  return "{" .. table.concat(parts, ", ") .. "}"
-end
+local function show(v) return text.show(v) end
 M.show = show
 
 -- Checks every field of table `t` against `schema`; `where` prefixes messages.
@@ -162,6 +212,18 @@ local function check_fields(t, schema, where, problems)
   end
 end
 M.check_fields = check_fields
+
+-- Each secret names exactly one source: {env = "VAR"} or {param = "name"}.
+function M.check_secrets(secrets, problems)
+  for _, name in ipairs(sorted_keys(secrets)) do
+    local where = ("workflow secret '%s'"):format(name)
+    local spec = secrets[name]
+    check_fields(spec, SECRET_FIELDS, where, problems)
+    if (spec.env == nil) == (spec.param == nil) then
+      problems[#problems + 1] = where .. ': give one source, {env = "VAR"} or {param = "name"}'
+    end
+  end
+end
 
 local function needs_list(step)
   if type(step.needs) == "string" then return { step.needs } end
@@ -184,6 +246,9 @@ local function check_step(step, i, problems, seen)
   end
   if type(step.sandbox) == "table" then
     check_fields(step.sandbox, SANDBOX_FIELDS, where .. " sandbox", problems)
+  end
+  if step.when ~= nil and step["if"] ~= nil then
+    problems[#problems + 1] = where .. ": give 'when' or 'if', not both (they are the same)"
   end
   if type(step.name) == "string" then
     if seen[step.name] then
@@ -283,6 +348,7 @@ function M.problems(def)
   if type(def.sandbox) == "table" then
     check_fields(def.sandbox, SANDBOX_FIELDS, "workflow sandbox", problems)
   end
+  if secrets_ok(def.secrets) then M.check_secrets(def.secrets, problems) end
   if def.steps == nil then problems[#problems + 1] = "workflow: missing field 'steps'" end
   if not is_list(def.steps) then return problems end
   local seen = {}
