@@ -301,8 +301,10 @@ function sandbox.open(opts)
   opts = opts or {}
   check_open_opts(opts)
   local profile = check_profile(opts.profile)
-  local program = opts.program or default_program()
-  local conn = connection_for(program, opts)
+  -- opts.connection: a provider connection its caller started (smol.pool), used as it is
+  local conn = opts.connection
+  local program = conn and conn.program or opts.program or default_program()
+  if conn then register_exit_hook() else conn = connection_for(program, opts) end
   local params = {
     metadata = {request_id = unique_id("req"), sandbox_group_id = opts.group or unique_id("sbxgrp")},
     profile = profile,
@@ -317,6 +319,12 @@ function sandbox.open(opts)
     error(errors.with_context(session, "open", program, conn.label), 0)
   end
   return new_session(conn, session, program)
+end
+
+-- sandbox.pool{...}: several providers, each session placed on the least-loaded (smol.pool).
+function sandbox.pool(opts)
+  local p = require("smol.pool").new(opts, 1)
+  return p
 end
 
 --[[

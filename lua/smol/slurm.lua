@@ -155,6 +155,11 @@ local function register_exit_hook()
   task.at_exit(release_all)
 end
 
+-- Registers the hook that releases allocations at exit now (a user whose
+-- own hook must run before it registers it after calling this: hooks run
+-- latest first).
+slurm.ensure_exit_hook = register_exit_hook
+
 --[[ Options ]]
 
 local function check_positive_integer(opts, key)
@@ -195,8 +200,10 @@ salloc's argv. Without cpus_per_node the nodes are taken whole
 (--exclusive): the provider on a node then runs steps on all its CPUs.
 ]]
 local function salloc_argv(opts)
+  -- --no-kill: a node that fails ends only the job step on it (its
+  -- provider), not the whole allocation, so the other nodes keep serving
   local argv = {"salloc", "--no-shell", "--nodes=" .. (opts.nodes or 1), "--ntasks-per-node=1",
-    "--job-name=" .. (opts.job_name or "smolwf")}
+    "--no-kill", "--job-name=" .. (opts.job_name or "smolwf")}
   if opts.cpus_per_node then
     argv[#argv + 1] = "--cpus-per-task=" .. opts.cpus_per_node
   else
