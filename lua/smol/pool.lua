@@ -212,13 +212,46 @@ function Pool:release(m)
   if not self.closed then self:notify("busy", m) end
 end
 
+--[[
+workspace = {path = DIR, upload = true[, exclude = {...}]}: the session
+opens with an empty workspace and DIR (on this machine) is streamed into
+it (smol.pool.files.upload). Returns the options sandbox.open gets and
+the upload to do, or nil.
+]]
+local function split_upload(opts, level)
+  local ws = opts.workspace
+  if type(ws) ~= "table" or not ws.upload then return opts, nil end
+  if type(ws.path) ~= "string" then error("pool: open: workspace.path must be a string", level + 1) end
+  if ws.exclude ~= nil and type(ws.exclude) ~= "table" then
+    error("pool: open: workspace.exclude must be a list of patterns", level + 1)
+  end
+  for k in pairs(ws) do
+    if k ~= "upload" and k ~= "path" and k ~= "exclude" then
+      error(("pool: open: workspace.%s does not go with upload"):format(tostring(k)), level + 1)
+    end
+  end
+  opts.workspace = ""
+  return opts, {path = ws.path, exclude = ws.exclude}
+end
+
 -- A misuse sandbox.open reports is raised again at our caller's caller.
 local function open_session(opts, level)
   local sandbox = require "smol.sandbox"
+  local upload
+  opts, upload = split_upload(opts, level + 1)
   local ok, sb = pcall(sandbox.open, opts)
-  if ok then return sb end
-  if type(sb) == "string" then error((sb:gsub("^[^\n:]*:%d+: ", "", 1)), level + 1) end
-  error(sb, 0)
+  if not ok then
+    if type(sb) == "string" then error((sb:gsub("^[^\n:]*:%d+: ", "", 1)), level + 1) end
+    error(sb, 0)
+  end
+  if upload then
+    local uploaded, err = pcall(require("smol.pool.files").upload, upload.path, sb, {exclude = upload.exclude})
+    if not uploaded then
+      pcall(sb.close, sb)
+      error(err, 0)
+    end
+  end
+  return sb
 end
 
 local function session_opts(opts, member, method)
