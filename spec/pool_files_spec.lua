@@ -86,7 +86,7 @@ describe("smol.pool.files", function()
     end)
     assert.equal("not_found", e.code)
     assert.matches("the workspace to upload `.*/nope` is not a directory", e.message)
-    assert.matches("^spec/pool_files_spec%.lua:%d+: pool: open: workspace.mode does not go with upload",
+    assert.matches("pool_files_spec%.lua:%d+: pool: open: workspace.mode does not go with upload",
       h.catch(function() local s = pool:open{workspace = {path = ".", upload = true, mode = "ro"}}; return s end))
   end)
 end)
