@@ -190,7 +190,8 @@ local function record_session(S, run, key, info)
   for k, v in pairs(info) do entry[k] = v end
   entry.key = key
   run.sessions[#run.sessions + 1] = entry
-  if key == "workflow" then run.sandbox = entry end
+  -- (on a pool, one shared session per provider: the first stands for them)
+  if key == "workflow" or (key:match("^workflow@") and not run.sandbox) then run.sandbox = entry end
   require("smol.workflow.observe").notify(S, "session_opened", entry)
 end
 
@@ -267,9 +268,14 @@ function wf.run(def, opts)
   for k, v in pairs(def.env or {}) do S.base_env[k] = v end
   local warn = S.warn
   S.warn = function(message) warn(secrets.masker:text(message)) end
-  S.sessions = sessions.new(opts.open or require("smol.sandbox").open)
-  S.sessions.on_open = function(_, key, info)
+  local placement = require "smol.workflow.placement"
+  placement.start(S)
+  -- a pool places every step: as many at once as it has slots, unless told
+  if S.pool and not opts.jobs and not def.jobs then run.jobs = S.pool:total_slots() end
+  S.sessions = sessions.new(placement.opener(S, opts.open or require("smol.sandbox").open))
+  S.sessions.on_open = function(session, key, info)
     runner.ensure_exit_hook("session")
+    if S.pool then info.placement = S.pool:placement(session) end
     record_session(S, run, key, info)
   end
   -- Reports as they stand at Ctrl-C (written again at the end), in case
@@ -286,6 +292,7 @@ function wf.run(def, opts)
     if not ok then S.warn("removing old runs failed: " .. tostring(err)) end
   end
   runner.drive(S)
+  placement.stop(S)
   if S.cache then evict(S, opts.cache_cap or require("smol.workflow.cache").DEFAULT_CAP) end
   if opts.reports ~= false then wf.write_reports(run, secrets.masker) end
   return run

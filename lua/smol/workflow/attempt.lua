@@ -7,6 +7,7 @@ local task = require "smol.task"
 local core = require "smol.core"
 local context = require "smol.workflow.context"
 local bridge = require "smol.workflow.bridge"
+local placement = require "smol.workflow.placement"
 local observe = require "smol.workflow.observe"
 local text = require "smol.workflow.text"
 local step_cache = require "smol.workflow.step_cache"
@@ -169,8 +170,9 @@ end
 -- Runs the step's function once, in its own task, under the step's timeout.
 local function run_attempt(S, inst, n)
   local p = private(S, inst)
-  local record = { started_at = core.time(), status = "running" }
-  inst.attempts[n] = record
+  local record = { started_at = core.time(), status = "running", placement = inst.placement }
+  -- appended: after a lost provider the attempts start again at 1 elsewhere
+  inst.attempts[#inst.attempts + 1] = record
   observe.notify(S, "step_started", inst, n)
   local ctx, run = new_context(S, inst, n), S.defs[inst.id].run
   p.timed_out = false
@@ -268,6 +270,7 @@ local function run_attempts(S, inst)
   while not outcome do
     n = n + 1
     outcome = run_attempt(S, inst, n)
+    if placement.lost_during(S, inst, outcome, inst.attempts[#inst.attempts]) then return outcome end
     if not should_stop(p, retry, outcome, n) then
       local delay = (retry.backoff or 0) * 2 ^ (n - 1)
       observe.notify(S, "step_retry", inst, n + 1, delay, retry_note(outcome))
@@ -320,22 +323,32 @@ local function reuse_outcome(S, inst)
   return cache_failure(S, inst, "put back the outputs of the resumed run", outcome)
 end
 
-function M.run_instance(S, inst)
-  local p = private(S, inst)
-  local outcome = p.cancel_reason and cancelled(p) or (S.reuse and S.reuse[inst.id] and reuse_outcome(S, inst))
-    or condition_outcome(S, inst)
+-- The outcome of a started instance: reused, skipped by its condition,
+-- from the cache or from its attempts.
+local function instance_outcome(S, inst)
+  local outcome = (S.reuse and S.reuse[inst.id] and reuse_outcome(S, inst)) or condition_outcome(S, inst)
   if not outcome then
     if step_cache.enabled(S, S.defs[inst.id]) then outcome = run_cached(S, inst)
     else outcome = run_attempts(S, inst) end
   end
-  S.outputs[inst.id] = outcome.value
-  inst.value = outcome.value
-  if outcome.status == "skipped" then inst.skipped_by_condition = true end
+  placement.explain_missing(S, inst, outcome)
+  -- an own session ends with its instance (placed again, it opens afresh)
   local key = bridge.session_key(S, inst)
-  if key ~= "workflow" then
+  if key ~= placement.shared_key(S, inst) then
     local err = S.sessions:close(key)
     if err then S.warn(("closing the session of %s failed: %s"):format(inst.id, err)) end
   end
+  return outcome
+end
+
+function M.run_instance(S, inst)
+  local p = private(S, inst)
+  local outcome = p.cancel_reason and cancelled(p) or placement.run(S, inst, function() return instance_outcome(S, inst) end,
+    function(fn, ...) return in_own_task(S, inst, fn, ...) end)
+  if outcome.status == "cancelled" and p.cancel_reason then outcome = cancelled(p) end
+  S.outputs[inst.id] = outcome.value
+  inst.value = outcome.value
+  if outcome.status == "skipped" then inst.skipped_by_condition = true end
   if outcome.status ~= "success" then inst.exit_code = outcome.exit_code or inst.exit_code end
   inst.error_code = type(outcome.error) == "table" and type(outcome.error.code) == "string"
     and outcome.error.code or nil

@@ -5,6 +5,7 @@
 -- the stderr tail the views show), and saves artifacts.
 local files = require "smol.workflow.files"
 local observe = require "smol.workflow.observe"
+local placement = require "smol.workflow.placement"
 
 local M = {}
 
@@ -73,7 +74,7 @@ end
 function M.session_key(S, inst)
   local def = S.defs[inst.id]
   if def.sandbox or def.isolate then return "step:" .. inst.id end
-  return "workflow"
+  return placement.shared_key(S, inst)
 end
 
 -- The sandbox spec of an instance's session: the step's own or the
@@ -91,7 +92,8 @@ function M.new(S, inst)
   local def = S.defs[inst.id]
   local key = M.session_key(S, inst)
   local spec = M.session_spec(S, inst)
-  local from = def.isolate and not def.sandbox and "workflow" or nil
+  local from = def.isolate and not def.sandbox and placement.shared_key(S, inst) or nil
+  local member = placement.member(S, inst)
   local b, masked = {}, {}
   local masker = S.masker
   -- Output reaches the logs and the views with the secrets masked; a
@@ -104,7 +106,7 @@ function M.new(S, inst)
   end
   local function progress(ev) observe.notify(S, "step_progress", inst, ev) end
   function b.session()
-    local session = S.sessions:get(key, spec, from, progress)
+    local session = S.sessions:get(key, spec, from, progress, member)
     inst.sandbox = inst.sandbox or S.sessions:info(key)
     return session
   end

@@ -17,7 +17,9 @@ local message = jsontext.message
 local function attempt_json(a)
   local duration = a.started_at and a.ended_at and a.ended_at - a.started_at
   return {started_at = opt(a.started_at), ended_at = opt(a.ended_at), duration = opt(duration),
-          status = opt(a.status), exit_code = opt(a.exit_code), error = message(a.error)}
+          status = opt(a.status), exit_code = opt(a.exit_code), error = message(a.error),
+          -- on a pool: where it ran, and why it ended there when its provider was lost
+          placement = opt(a.placement and jsontext.plain(a.placement)), lost = opt(a.lost)}
 end
 
 -- Only logs that exist: a skipped step never wrote any.
@@ -52,6 +54,10 @@ local function instance_json(run, inst)
     -- The step cache: {status = "hit"/"miss"/"uncacheable", key, changed, reason, note, stored}.
     cache = opt(inst.cache and jsontext.plain(inst.cache)),
     resumed_from = opt(inst.resumed_from),
+    -- On a pool: {provider = N, node = NAME}, and how often a lost provider made it run again.
+    placement = opt(inst.placement and jsontext.plain(inst.placement)), infra_retries = opt(inst.infra_retries),
+    -- Outputs of needed steps moved here from other providers: [{step, from, entries, bytes, via}].
+    moved_in = opt(inst.moved_in and jsontext.plain(inst.moved_in)),
     -- Bytes of the oldest output each log dropped to stay under its cap.
     logs_dropped = opt(inst.log_dropped and jsontext.plain(inst.log_dropped)),
   }
@@ -71,6 +77,8 @@ function M.build(run)
     sandbox = opt(jsontext.plain(run.sandbox)),
     -- The report directory of the run this one resumed (--resume), or null.
     resumed_from = opt(run.resumed_from),
+    -- The pool the steps were placed on: {providers = [{index, node, slots, alive, lost}], allocation}.
+    pool = opt(run.pool and jsontext.plain(run.pool)),
   }
 end
 

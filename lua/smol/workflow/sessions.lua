@@ -14,7 +14,8 @@ Sessions.__index = Sessions
 
 local M = {}
 
--- `open` is sandbox.open or a stand-in taking the sandbox spec table.
+-- `open` is sandbox.open or a stand-in taking the sandbox spec table (and,
+-- on a pool, the provider to open on: `place`, see smol.workflow.placement).
 function M.new(open)
   return setmetatable({ open = open, entries = {}, list = {}, infos = {} }, Sessions)
 end
@@ -48,6 +49,12 @@ local function describe(spec, session)
   }
 end
 
+-- The session opened for `key`, or nil (never opens one).
+function Sessions:peek(key)
+  local entry = self.entries[key]
+  return entry and entry.session
+end
+
 -- The description of the session opened for `key` (nil if not open).
 function Sessions:info(key)
   return self.infos[key]
@@ -63,7 +70,7 @@ function Sessions:forkable(from)
   end
 end
 
-function Sessions:open_entry(key, spec, from, on_progress)
+function Sessions:open_entry(key, spec, from, on_progress, place)
   local entry = { ready = task.event() }
   self.entries[key] = entry
   local parent = self:forkable(from)
@@ -72,7 +79,7 @@ function Sessions:open_entry(key, spec, from, on_progress)
   else
     local open_spec = copy(spec)
     open_spec.on_progress = on_progress
-    ok, result = pcall(self.open, open_spec)
+    ok, result = pcall(self.open, open_spec, place)
   end
   if ok then
     entry.session = result
@@ -94,12 +101,12 @@ end
 
 -- Returns the session for `key`, opening it from `spec` (or forking the
 -- session `from`, see above) the first time; on_progress(ev), if given, sees the open's progress
--- events. A failed open is remembered:
+-- events; `place`: the provider to open on (on a pool). A failed open is remembered:
 -- every step using that session fails with it.
-function Sessions:get(key, spec, from, on_progress)
+function Sessions:get(key, spec, from, on_progress, place)
   while true do
     local entry = self.entries[key]
-    if not entry then return self:open_entry(key, spec, from, on_progress) end
+    if not entry then return self:open_entry(key, spec, from, on_progress, place) end
     entry.ready:wait()
     if entry.session then return entry.session end
     if entry.err then error(entry.err, 0) end

@@ -26,8 +26,8 @@ local STEP_FIELDS = {
 local SECRET_FIELDS = { env = "string", param = "string" }
 -- sandbox.open's options (smol.sandbox): a misspelled one would be ignored.
 local SANDBOX_FIELDS = {
-  program = "program", profile = "profile", workspace = "string", cwd = "string",
-  group = "string", max_line_bytes = "count", max_depth = "count",
+  program = "program", profile = "profile", workspace = "workspace", cwd = "string",
+  group = "string", max_line_bytes = "count", max_depth = "count", pool = "pool",
 }
 local RETRY_FIELDS = { attempts = "count", backoff = "nonnegative", when = "function" }
 
@@ -95,6 +95,8 @@ local KIND_TEXT = {
   retry = "a table {attempts = N, backoff = SECONDS, when = function}",
   name = "a non-empty string without '[' or ']'", steps = "a non-empty list of steps",
   sandbox = "a table of sandbox.open options", profile = "a string or {provider = ..., name = ...}",
+  workspace = 'a path or {path = ".", upload = true}',
+  pool = "a table of sandbox.pool options, e.g. {slurm = {nodes = 3}}",
   env = 'a table of environment variables, e.g. {CC = "gcc"}',
   globs = 'a path pattern or a list of them, e.g. {"src/**.c", "Makefile"}',
   secrets = 'a table of secrets, e.g. {TOKEN = {env = "TOKEN"}, KEY = {param = "key"}}',
@@ -181,6 +183,9 @@ local CHECKS = {
   retry = function(v) return type(v) == "table" end,
   sandbox = function(v) return type(v) == "table" end,
   profile = function(v) return type(v) == "string" or type(v) == "table" end,
+  -- a path, or {path = ..., upload = true, exclude = {...}} (smol.pool)
+  workspace = function(v) return type(v) == "string" or (type(v) == "table" and type(v.path) == "string") end,
+  pool = function(v) return type(v) == "table" end,
   -- a path or name, or an argv list (smol.sandbox)
   program = function(v) return (type(v) == "string" and v ~= "") or (is_list(v) and #v > 0) end,
 }
@@ -212,6 +217,21 @@ local function check_fields(t, schema, where, problems)
   end
 end
 M.check_fields = check_fields
+
+-- The workflow's pool: sandbox.pool's options (checked as it checks them)
+-- and infra_retries.
+function M.check_pool(pool, problems)
+  local opts = {}
+  for k, v in pairs(pool) do if k ~= "infra_retries" then opts[k] = v end end
+  local ok, err = pcall(require("smol.pool.launch").check, opts, 1)
+  if not ok then
+    problems[#problems + 1] = "workflow sandbox pool: " .. tostring(err):gsub("^[^\n]-sandbox%.pool: ", "")
+  end
+  local n = pool.infra_retries
+  if n ~= nil and (math.type(n) ~= "integer" or n < 0) then
+    problems[#problems + 1] = ("workflow sandbox pool: infra_retries must be an integer >= 0, got %s"):format(show(n))
+  end
+end
 
 -- Each secret names exactly one source: {env = "VAR"} or {param = "name"}.
 function M.check_secrets(secrets, problems)
@@ -246,6 +266,9 @@ local function check_step(step, i, problems, seen)
   end
   if type(step.sandbox) == "table" then
     check_fields(step.sandbox, SANDBOX_FIELDS, where .. " sandbox", problems)
+    if step.sandbox.pool ~= nil then
+      problems[#problems + 1] = where .. " sandbox: a step cannot have a pool of its own (the workflow's sandbox names it)"
+    end
   end
   if step.when ~= nil and step["if"] ~= nil then
     problems[#problems + 1] = where .. ": give 'when' or 'if', not both (they are the same)"
@@ -347,6 +370,7 @@ function M.problems(def)
   check_fields(def, WORKFLOW_FIELDS, "workflow", problems)
   if type(def.sandbox) == "table" then
     check_fields(def.sandbox, SANDBOX_FIELDS, "workflow sandbox", problems)
+    if type(def.sandbox.pool) == "table" then M.check_pool(def.sandbox.pool, problems) end
   end
   if secrets_ok(def.secrets) then M.check_secrets(def.secrets, problems) end
   if def.steps == nil then problems[#problems + 1] = "workflow: missing field 'steps'" end
