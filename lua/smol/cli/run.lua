@@ -171,6 +171,7 @@ local function print_summary(run, opts, masker)
   out:write(masker:text(require("smol.workflow.summary").render(run, {})), "\n")
   local line = sandbox_line(run)
   if line then out:write(line, "\n") end
+  if run.pool then out:write(masker:text(require("smol.workflow.pool_view").summary(run.pool.providers)), "\n") end
 end
 
 -- The steps --explain names, as a set; an unknown one is a usage error.

@@ -84,6 +84,27 @@ function Observer:session_opened(_, info)
   self:emit{type = "session_opened", session = jsontext.plain(info)}
 end
 
+-- A pool's providers as placement sees them: index, node, slots, busy, alive, lost.
+function Observer:pool_started(_, providers)
+  self:emit{type = "pool_started", providers = jsontext.plain(providers)}
+end
+
+-- Only losses: every slot taken or given back would flood the stream
+-- (step_placed says where each step runs).
+function Observer:pool_changed(_, what, provider)
+  if what ~= "lost" then return end
+  self:emit{type = "provider_lost", provider = provider.index, node = provider.node,
+            error = jsontext.message(provider.lost)}
+end
+
+function Observer:step_placed(_, inst, placement)
+  self:emit{type = "step_placed", step = inst.id, provider = placement.provider, node = placement.node}
+end
+
+function Observer:step_moved(_, inst, why)
+  self:emit{type = "step_moved", step = inst.id, error = jsontext.message(why)}
+end
+
 local function count_statuses(run)
   local counts = {}
   for _, inst in ipairs(run.instances or {}) do

@@ -163,6 +163,10 @@ local function legend_svg(y, x0)
   return table.concat(out)
 end
 
+-- What the per-provider chart (smol.workflow.gantt_lanes) shares with this one.
+M.CHART_W, M.RIGHT_PAD, M.ROW_H, M.BAR_H, M.TOP, M.AXIS_H = CHART_W, RIGHT_PAD, ROW_H, BAR_H, TOP, AXIS_H
+M.time_range, M.scale, M.rect, M.axis_svg, M.attempt_title = time_range, scale, rect, axis_svg, attempt_title
+
 --- The chart as an <svg> element string.
 function M.render(run)
   local instances = run.instances or {}

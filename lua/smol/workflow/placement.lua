@@ -55,7 +55,9 @@ end
 Starts the pool the workflow's sandbox names (S.sandbox loses its `pool`
 field: the rest are each session's options). run.pool lists the
 providers as they stand (kept current), observers hear pool_started(run,
-providers) and pool_changed(run, what, provider, providers). A pool that
+providers) and pool_changed(run, what, provider, providers) (what:
+"busy" or "lost"), step_placed(run, inst, placement) as an instance takes
+its slot and step_moved(run, inst, why) before it runs again elsewhere. A pool that
 cannot start raises a `setup` error naming why.
 ]]
 function M.start(S, open_pool)
@@ -309,7 +311,7 @@ function M.run(S, inst, fn, in_own_task)
       return outcome
     end
     inst.infra_retries = inst.infra_retries + 1
-    observe.notify(S, "step_retry", inst, 1, 0, "provider lost: " .. lost)
+    observe.notify(S, "step_moved", inst, lost)
   end
 end
 

@@ -19,6 +19,7 @@
 local core = require "smol.core"
 local text = require "smol.workflow.text"
 local summary = require "smol.workflow.summary"
+local pool_view = require "smol.workflow.pool_view"
 
 local M = {}
 
@@ -199,6 +200,26 @@ function Plain:step_retry(_, inst, attempt_no, delay, err)
   self.out:flush()
 end
 
+function Plain:pool_started(_, providers)
+  self.out:write(pool_view.started(providers), "\n")
+  self.out:flush()
+end
+
+function Plain:pool_changed(_, what, provider)
+  if what ~= "lost" then return end
+  self.out:write(pool_view.lost(provider), "\n")
+  self.out:flush()
+end
+
+function Plain:step_placed(_, inst, placement)
+  self:line(inst, pool_view.placed(placement))
+end
+
+function Plain:step_moved(_, inst, why)
+  self:line(inst, pool_view.moved(why))
+  self.out:flush()
+end
+
 -- "interrupted: running the `always` steps (up to 30s; Ctrl-C again skips them)".
 local function interrupted_line(signal, grace)
   local what = signal == "INT" and "interrupted" or ("interrupted by SIG" .. tostring(signal))
@@ -286,6 +307,15 @@ function Live:step_finished(_, inst)
   end
 end
 
+function Live:pool_changed(_, what, provider)
+  if what == "lost" then self.finished[#self.finished + 1] = text.paint("⚠ " .. pool_view.lost(provider), "33", self.color) end
+end
+
+function Live:step_moved(_, inst, why)
+  local st = self.state[inst]
+  if st then st.note = pool_view.moved(why) end
+end
+
 function Live:run_interrupted(_, signal, grace)
   self.finished[#self.finished + 1] = text.paint("⚠ " .. interrupted_line(signal, grace), "33", self.color)
   self:draw()
@@ -311,6 +341,8 @@ function Live:live_line(inst, now, frame, width)
   -- Two spaces after the spinner, as after a finished line's mark: the ids line up.
   local head = string.format("%s  %s  %s", text.paint(SPINNER[frame], "36", self.color),
     shown_id(inst, width // 2), text.duration(elapsed))
+  local where = pool_view.tag(inst)
+  if where then head = head .. "  " .. text.paint(text.terminal_line(where), "2", self.color) end
   if st.attempt > 1 then head = head .. "  attempt " .. st.attempt end
   local tail = st.note or st.line
   local plain_width = text.width(text.strip_ansi(head))
@@ -345,6 +377,8 @@ function Live:live_block(width)
     lines[#lines + 1] = self:live_line(inst, now, frame, width)
   end
   lines[#lines + 1] = self:footer(now)
+  local pool = self.run and self.run.pool
+  if pool then lines[#lines + 1] = text.paint("  " .. pool_view.line(pool.providers), "2", self.color) end
   -- A long id or a narrow terminal must not make a line wrap either.
   for i, line in ipairs(lines) do lines[i] = text.truncate_styled(line, width) end
   return lines

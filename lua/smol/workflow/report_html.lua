@@ -5,6 +5,7 @@
 -- directory) and stdout/stderr in a collapsible <details>, HTML-escaped.
 local text = require "smol.workflow.text"
 local gantt = require "smol.workflow.gantt"
+local gantt_lanes = require "smol.workflow.gantt_lanes"
 local graph = require "smol.workflow.graph"
 local reportdir = require "smol.workflow.reportdir"
 
@@ -220,6 +221,8 @@ function M.render(run)
     string.format("<title>%s — %s</title>", esc(run.name or "workflow"), esc(tostring(run.result or "unfinished"))),
     "<style>", STYLE, "</style></head><body>\n", header_html(run),
     '<div class="views"><section><h2>Timeline</h2><div class="chart">', gantt.render(run), "</div></section>\n",
+    -- on a pool, the same attempts again: one lane per provider
+    run.pool and ('<section><h2>By provider</h2><div class="chart">' .. gantt_lanes.render(run) .. "</div></section>\n") or "",
     '<section><h2>Graph</h2><div class="chart">', graph.svg(run), "</div></section></div>\n",
     "<h2>Steps</h2>", table_html(run), "<h2>Logs</h2>\n"}
   for i, inst in ipairs(run.instances or {}) do out[#out + 1] = details_html(run, inst, i) end

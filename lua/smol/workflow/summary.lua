@@ -35,7 +35,9 @@ end
 local function row_of(inst, opts)
   local reused = text.reuse_label(inst)
   return {
-    text.mark(inst.status), text.terminal_line(tostring(inst.id)), reused and reused:match("^%S+") or text.word(inst.status),
+    -- on a pool, where it ran: "test[shard=2] @n2"
+    text.mark(inst.status), text.terminal_line(tostring(inst.id) .. (inst.placement and ("  @" .. tostring(inst.placement.node
+      or inst.placement.provider)) or "")), reused and reused:match("^%S+") or text.word(inst.status),
     text.ran(inst) and text.duration(inst.duration) or "-", tostring(inst.attempts and #inst.attempts or 0),
     inst.exit_code and tostring(inst.exit_code) or "-", reused and text.terminal_line(reused) or note_of(inst, opts),
     status = inst.status, tail = text.failure_details(inst, M.STDERR_LINES),
