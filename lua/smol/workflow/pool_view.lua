@@ -9,13 +9,22 @@ local function name(p)
   return p.node or ("provider " .. p.index)
 end
 
--- "pool: n1 2/2 · n2 lost · n3 1/2" (busy/slots each; a node that runs
--- two providers is named by its index too).
-function M.line(providers)
-  local parts, seen = {}, {}
+-- How the views name each provider, by index: its node, with its index
+-- in front where a node runs more than one ("1:box").
+local function shown_names(providers)
+  local seen, names = {}, {}
   for _, p in ipairs(providers) do seen[name(p)] = (seen[name(p)] or 0) + 1 end
   for _, p in ipairs(providers) do
-    local who = seen[name(p)] > 1 and (p.index .. ":" .. name(p)) or name(p)
+    names[p.index] = seen[name(p)] > 1 and (p.index .. ":" .. name(p)) or name(p)
+  end
+  return names
+end
+
+-- "pool: n1 2/2 · n2 lost · n3 1/2" (busy/slots each).
+function M.line(providers)
+  local parts, names = {}, shown_names(providers)
+  for _, p in ipairs(providers) do
+    local who = names[p.index]
     parts[#parts + 1] = p.alive and ("%s %d/%d"):format(who, p.busy, p.slots) or (who .. " lost")
   end
   return "pool: " .. table.concat(parts, " · ")
@@ -39,9 +48,12 @@ function M.placed(placement)
   return ("on provider %d (%s)"):format(placement.provider, placement.node or "?")
 end
 
--- "@n2", after a running step's id.
-function M.tag(inst)
-  return inst.placement and ("@" .. (inst.placement.node or inst.placement.provider)) or nil
+-- "@n2" (where the step runs), after its id; pool: the run's (run.pool).
+function M.tag(inst, pool)
+  local where = inst.placement
+  if not where then return nil end
+  local names = pool and pool.providers and shown_names(pool.providers) or {}
+  return "@" .. tostring(names[where.provider] or where.node or where.provider)
 end
 
 -- After the run: "pool: 3 providers on n1, n2, n3", then a line per provider lost.

@@ -341,7 +341,7 @@ function Live:live_line(inst, now, frame, width)
   -- Two spaces after the spinner, as after a finished line's mark: the ids line up.
   local head = string.format("%s  %s  %s", text.paint(SPINNER[frame], "36", self.color),
     shown_id(inst, width // 2), text.duration(elapsed))
-  local where = pool_view.tag(inst)
+  local where = pool_view.tag(inst, self.run and self.run.pool)
   if where then head = head .. "  " .. text.paint(text.terminal_line(where), "2", self.color) end
   if st.attempt > 1 then head = head .. "  attempt " .. st.attempt end
   local tail = st.note or st.line

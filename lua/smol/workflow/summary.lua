@@ -6,6 +6,7 @@
 -- wraps in its column or, when that is too narrow, below its row.
 local core = require "smol.core"
 local text = require "smol.workflow.text"
+local pool_view = require "smol.workflow.pool_view"
 
 local M = {}
 
@@ -36,8 +37,8 @@ local function row_of(inst, opts)
   local reused = text.reuse_label(inst)
   return {
     -- on a pool, where it ran: "test[shard=2] @n2"
-    text.mark(inst.status), text.terminal_line(tostring(inst.id) .. (inst.placement and ("  @" .. tostring(inst.placement.node
-      or inst.placement.provider)) or "")), reused and reused:match("^%S+") or text.word(inst.status),
+    text.mark(inst.status), text.terminal_line(tostring(inst.id) .. (inst.placement and ("  " .. pool_view.tag(inst, opts.pool))
+      or "")), reused and reused:match("^%S+") or text.word(inst.status),
     text.ran(inst) and text.duration(inst.duration) or "-", tostring(inst.attempts and #inst.attempts or 0),
     inst.exit_code and tostring(inst.exit_code) or "-", reused and text.terminal_line(reused) or note_of(inst, opts),
     status = inst.status, tail = text.failure_details(inst, M.STDERR_LINES),
@@ -181,6 +182,7 @@ function M.render(run, opts)
   opts = setmetatable({}, {__index = opts or {}})
   if opts.width == nil then opts.width = M.terminal_width() or false end
   local rows = {HEADERS}
+  opts.pool = run.pool
   for _, inst in ipairs(run.instances or {}) do rows[#rows + 1] = row_of(inst, opts) end
   local layout = plan_layout(rows, opts)
   local lines = {}
