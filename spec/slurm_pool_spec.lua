@@ -198,3 +198,20 @@ describe("sandbox.pool on Slurm", function()
     assert(empty, "still in squeue: " .. tostring(listed))
   end)
 end)
+
+describe("bench/pool_bench.lua", function()
+  it("prints every figure it promises against the test cluster", function()
+    local r = sh.run_lines({core.exe_path(), "bench/pool_bench.lua", "6", "1", "local/default", "1048576"},
+      {timeout = 120})
+    assert.equal(0, r.code, r.err)
+    local out = table.concat(r.out, "\n")
+    for _, label in ipairs{"per step, one local provider", "per step, pool of 3 local providers (the engine's share)",
+        "per step, pool of 3 Slurm-placed providers", "ratio Slurm pool / one local (goal <= 1.2)",
+        "sandbox.pool{slurm = {nodes = 3}} serving", "srun -N1 hostname"} do
+      assert.matches(label:gsub("%p", "%%%0") .. "%s+%d+%.%d+", out)
+    end
+    assert.matches("Slurm commands while the steps ran: none", out, 1, true)
+    assert.matches("3. moving a 1 MiB output", out, 1, true)
+    sh.assert_queue_empty()
+  end)
+end)

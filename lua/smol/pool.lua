@@ -10,7 +10,7 @@ smol.pool: several providers, and each session placed on the least-loaded.
   }
   local sb = pool:open{profile =, workspace =, ...}   -- sandbox.open's options
   pool:placement(sb)       -- {provider = N, node = "NAME"}
-  pool:providers()         -- {{index, node, slots, busy, alive, lost, label}, ...}
+  pool:providers()         -- {{index, node, slots, busy, alive, lost, label, pid}, ...}
   local m = pool:acquire() -- a provider with a free slot (waits for one); pool:release(m)
   pool:open_on(m, opts)    -- a session on that provider, holding no slot
   pool:watch(fn)           -- fn(what, provider): "busy" (its load changed), "lost"
@@ -313,11 +313,14 @@ function Pool:providers()
     self:count_sessions()
   end
   local list = {}
-  for i, m in ipairs(self.members) do
-    list[i] = {index = m.index, node = m.node, slots = m.slots, busy = busy(m), alive = m.alive,
-      lost = m.lost, label = m.label, pid = m.conn.pid}
-  end
+  for i, m in ipairs(self.members) do list[i] = Pool.info(m) end
   return list
+end
+
+-- One provider as pool:providers() lists it (as it stands: no refresh).
+function Pool.info(m)
+  return {index = m.index, node = m.node, slots = m.slots, busy = busy(m), alive = m.alive,
+    lost = m.lost, label = m.label, pid = m.conn.pid}
 end
 
 function Pool:total_slots()

@@ -77,7 +77,10 @@ function M.start(S, open_pool)
   S.run.pool = { providers = snapshot(pool), allocation = pool.allocation and pool.allocation.job_id or nil }
   pool:watch(function(what, member)
     if S.pool_closed then return end
-    S.run.pool.providers = snapshot(pool)
+    -- (twice per step: only the provider that changed is described again)
+    local info = pool.info(member)
+    S.run.pool.providers[member.index] = { index = info.index, node = info.node, slots = info.slots,
+      busy = info.busy, alive = info.alive, lost = info.lost }
     observe.notify(S, "pool_changed", what, S.run.pool.providers[member.index], S.run.pool.providers)
   end)
   observe.notify(S, "pool_started", S.run.pool.providers)
