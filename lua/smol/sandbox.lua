@@ -21,6 +21,8 @@ smol.sandbox: sandbox sessions served by provider programs.
                                 "archive"; see smol.archive)
   sb:close()                    (also __close and __gc)
   sandbox.host{cwd = "."}       a session on this machine (smol.host_provider)
+  sandbox.pool{...}             several providers, sessions placed on them (smol.pool);
+                                open's `connection` option names the provider it uses
 
 One provider process per program serves every session opened with it (the
 pool below); one that exited or broke the protocol is replaced at the next
