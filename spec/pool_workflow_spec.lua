@@ -20,7 +20,7 @@ end
 
 local function run(def, opts)
   opts = opts or {}
-  opts.cache = false
+  if opts.cache == nil then opts.cache = false end
   opts.report_dir = opts.report_dir or h.tempdir()
   return testing.run_workflow(wf.define(def), opts)
 end
@@ -138,6 +138,24 @@ describe("a workflow on a pool", function()
     assert.equal("failed", r.by_id.victim.status)
     assert.matches("^every provider of the pool is lost: provider 1 %(.-%) was killed by signal KILL; "
       .. "provider 2 %(.-%) was killed by signal KILL", r.by_id.victim.error)
+  end)
+
+  it("puts back from the step cache the outputs of a step whose provider was lost", function()
+    local r = run({
+      name = "lost outputs", sandbox = pooled(3),
+      steps = {
+        {name = "build", outputs = {"build/app"}, run = function(ctx) ctx:sh(MAKE_APP) end},
+        {name = "breaker", needs = "build", run = function(ctx)
+          ctx:session():connection():kill("KILL")   -- build's provider: it runs there too
+        end},
+        {name = "use", needs = "breaker", run = function(ctx) return ctx:sh("./build/app x").stdout end},
+      },
+    }, {cache = true, cache_dir = h.tempdir()})
+    assert.equal("success", r.result, r.by_id.use.error)
+    assert.equal(1, r.by_id.breaker.placement.provider)
+    assert.is_false(r.pool.providers[1].alive)
+    assert.equal("app x\n", r.by_id.use.value)
+    assert.equal("cache", r.by_id.use.moved_in[1].via)
   end)
 
   it("uploads the workspace into each provider's session: workspace = {path, upload = true}", function()

@@ -10,7 +10,9 @@ placed on one of its providers.
   opens on the step's provider.
 - Files follow the steps: before the step's code runs, the declared
   `outputs` of every step it needs (directly or through others) that ran
-  on another provider are moved into its session, once per session.
+  on another provider are moved into its session, once per session; when
+  that provider was lost, they come from the step cache, which stored them
+  when the step succeeded (unless the cache is off: cache = false).
 - A lost provider is not a step failure: an attempt that failed while its
   provider was lost ends the attempts there (no `retry` is used on it), and
   the instance runs again on another provider, at most `infra_retries`
@@ -20,7 +22,7 @@ placed on one of its providers.
   provider, undeclared, gets an error naming that step and saying to
   declare the file in its `outputs`.
 What moved into an instance's session is in inst.moved_in: {{step, from
-(the provider), entries, bytes, via ("archive" or "files")}}.
+(the provider), entries, bytes, via ("archive", "files" or "cache")}}.
 ]]
 local task = require "smol.task"
 local errors = require "smol.errors"
@@ -143,18 +145,34 @@ local function name_of(S, member)
   return ("provider %d (%s)"):format(p.index, p.node or p.label)
 end
 
+-- The outputs of a producer whose provider was lost, put back into
+-- `target` from the step cache (which stored them when it succeeded).
+local function restore_outputs(S, producer, where, target)
+  local key = S.cache_keys[producer.id]
+  local entry = key and S.cache and S.cache:lookup(key)
+  if not entry then
+    errors.raise{ code = "provider_exited", lost = true, message = ("the outputs of step '%s' were on %s, which was "
+      .. "lost, and the step cache does not hold them"):format(producer.id, where.member.lost or name_of(S, where.member)) }
+  end
+  S.cache:restore(entry, target)
+  local bytes = 0
+  for _, f in ipairs(entry.files or {}) do bytes = bytes + (tonumber(f.size) or 0) end
+  return { entries = #(entry.files or {}) + #(entry.dirs or {}), bytes = bytes, via = "cache" }
+end
+
 -- Moves producer's declared outputs from its session into `target`, the session of `inst`.
 local function move_outputs(S, inst, producer, where, source, target)
+  local r
   if not where.member.alive then
-    errors.raise{ code = "provider_exited", lost = true, message = ("the outputs of step '%s' were on %s, which was lost")
-      :format(producer.id, where.member.lost or name_of(S, where.member)) }
+    r = restore_outputs(S, producer, where, target)
+  else
+    local found = glob.session_paths(source, list(S.defs[producer.id].outputs))
+    if #found.missing > 0 then
+      errors.raise{ code = "not_found", message = ("the declared output `%s` of step '%s' is not in its session on %s")
+        :format(found.missing[1], producer.id, name_of(S, where.member)) }
+    end
+    r = require("smol.pool.files").move(source, found.paths, target)
   end
-  local found = glob.session_paths(source, list(S.defs[producer.id].outputs))
-  if #found.missing > 0 then
-    errors.raise{ code = "not_found", message = ("the declared output `%s` of step '%s' is not in its session on %s")
-      :format(found.missing[1], producer.id, name_of(S, where.member)) }
-  end
-  local r = require("smol.pool.files").move(source, found.paths, target)
   inst.moved_in = inst.moved_in or {}
   table.insert(inst.moved_in, { step = producer.id, from = where.member.index, entries = r.entries,
     bytes = r.bytes, via = r.via })
