@@ -15,9 +15,10 @@
 -- 2. Start-up: sandbox.pool{slurm = {nodes = 3}} until every provider
 --    serves (salloc, 3 sruns, a `describe` each), against one `srun
 --    hostname` (an allocation and one step), medians.
--- 3. Moving a 1 GB output between providers: bench/archive_bench.lua
---    measures sandbox.copy against tar c | tar x; here, with the archive
---    extension, the same through the pool's file mover (smol.pool.files).
+-- 3. Moving a 1 GiB output between two Slurm-placed providers through the
+--    pool's file mover (sandbox.copy, where sessions announce the archive
+--    extension), against tar c | tar x through a pipe and against what
+--    srun's stdio forwarding carries by itself (the transport's ceiling).
 local core = require "smol.core"
 local task = require "smol.task"
 local wf = require "smol.workflow"
@@ -179,6 +180,20 @@ local function moving()
   end
   figure("smol.pool.files.move (sandbox.copy)", MOVE_BYTES / 1024 ^ 2 / median(times), "MiB/s")
   pool:close()
+  local mib, count = MOVE_BYTES / 1024 ^ 2, math.tointeger(MOVE_BYTES // (1024 * 1024))
+  local dir = fs.temp_dir("smolwf-pool-bench-tar")
+  run_cmd{"sh", "-c", ("mkdir %s/src %s/dst && head -c %d /dev/urandom > %s/src/blob"):format(dir, dir,
+    math.tointeger(MOVE_BYTES), dir)}
+  local t0 = core.now()
+  run_cmd{"sh", "-c", ("tar -C %s/src -c . | tar -C %s/dst -x"):format(dir, dir)}
+  figure("tar c | tar x through a pipe, on this machine", mib / (core.now() - t0), "MiB/s")
+  fs.remove_tree(dir)
+  -- what srun's own stdio forwarding carries, the pool's transport
+  t0 = core.now()
+  local code, out = run_cmd{"sh", "-c", ("srun -N1 -n1 -u dd if=/dev/zero bs=1M count=%d status=none | cat > /dev/null")
+    :format(count)}
+  assert(code == 0, out)
+  figure("srun -u's stdout forwarding alone (dd | srun | cat)", mib / (core.now() - t0), "MiB/s")
 end
 
 dispatch()
