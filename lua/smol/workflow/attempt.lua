@@ -343,8 +343,12 @@ end
 
 function M.run_instance(S, inst)
   local p = private(S, inst)
-  local outcome = p.cancel_reason and cancelled(p) or placement.run(S, inst, function() return instance_outcome(S, inst) end,
-    function(fn, ...) return in_own_task(S, inst, fn, ...) end)
+  local outcome = p.cancel_reason and cancelled(p) or placement.run(S, inst, {
+    outcome = function() return instance_outcome(S, inst) end,
+    in_own_task = function(fn, ...) return in_own_task(S, inst, fn, ...) end,
+    session = function() return bridge.new(S, inst).session() end,
+    session_key = function() return bridge.session_key(S, inst) end,
+  })
   if outcome.status == "cancelled" and p.cancel_reason then outcome = cancelled(p) end
   S.outputs[inst.id] = outcome.value
   inst.value = outcome.value

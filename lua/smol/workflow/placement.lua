@@ -289,11 +289,8 @@ end
 
 -- Moves what the instance needs into its session; nil, or the failed
 -- outcome (cancelled when the instance was).
-local function delivery_outcome(S, inst, in_own_task)
-  local function session()
-    return require("smol.workflow.bridge").new(S, inst).session()
-  end
-  local ok, err = in_own_task(M.deliver, S, inst, session)
+local function delivery_outcome(S, inst, on)
+  local ok, err = on.in_own_task(M.deliver, S, inst, on.session)
   if ok then return nil end
   if type(err) == "table" and err.code == "cancelled" then return { status = "cancelled", message = err.message } end
   return { status = "failed", error = err,
@@ -301,28 +298,29 @@ local function delivery_outcome(S, inst, in_own_task)
 end
 
 --[[
-Runs fn() (the instance's whole outcome: its condition, attempts, cache)
-placed on a provider; in_own_task(fn, ...) runs a function where a
-cancel of the instance reaches it. Returns fn's outcome, or the outcome of
-a placement that failed.
+Runs on.outcome() (the instance's whole outcome: its condition, attempts,
+cache) placed on a provider, and returns it, or the outcome of a
+placement that failed. The instance's side (smol.workflow.attempt):
+  on.in_own_task(fn, ...)  runs fn where a cancel of the instance reaches it
+  on.session()             opens (or gives) the instance's session
+  on.session_key()         the key of that session
 ]]
-function M.run(S, inst, fn, in_own_task)
-  if not S.pool then return fn() end
+function M.run(S, inst, on)
+  if not S.pool then return on.outcome() end
   inst.infra_retries = 0
   while true do
-    local ok, member = in_own_task(S.pool.acquire, S.pool)
+    local ok, member = on.in_own_task(S.pool.acquire, S.pool)
     if not ok then
       if type(member) == "table" and member.code == "cancelled" then return { status = "cancelled", message = member.message } end
       return { status = "failed", message = errors.is(member) and member.message or text.message(member), error = member }
     end
     place(S, inst, member)
     observe.notify(S, "step_placed", inst, inst.placement)
-    local outcome = delivery_outcome(S, inst, in_own_task) or fn()
+    local outcome = delivery_outcome(S, inst, on) or on.outcome()
     S.pool:release(member)
     if outcome.status == "success" then
-      local bridge = require "smol.workflow.bridge"
       local key = M.shared_key(S, inst)
-      S.ran_on[inst.id] = { member = member, key = key, shared = bridge.session_key(S, inst) == key }
+      S.ran_on[inst.id] = { member = member, key = key, shared = on.session_key() == key }
     end
     local lost = outcome.lost or (outcome.status == "failed" and M.lost(S, inst) and member.lost)
     if not lost then return outcome end
