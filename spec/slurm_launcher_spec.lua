@@ -11,14 +11,7 @@ local h = sh.h
 
 local RUN = "spec/fixtures/slurm_run.lua"
 
--- Calls made since `before` (a slurm.calls() table), without the zeros.
-local function calls_since(before)
-  local delta = {}
-  for name, n in pairs(slurm.calls()) do
-    if n ~= (before[name] or 0) then delta[name] = n - (before[name] or 0) end
-  end
-  return delta
-end
+local calls_since = sh.calls_since
 
 -- A directory the run fixture writes its wrappers in, usable by nobody too.
 local function run_dir()
@@ -37,13 +30,7 @@ local function job_fields(job_id)
   return fields
 end
 
--- The fixture's report line (JSON) among a child's stdout lines.
-local function report_of(result)
-  for _, line in ipairs(result.out) do
-    if line:sub(1, 1) == "{" then return cjson.decode(line) end
-  end
-  error("no report line; stderr: " .. result.err)
-end
+local report_of = sh.report_of
 
 describe("smol.slurm", function()
   before_each(sh.assert_queue_empty)

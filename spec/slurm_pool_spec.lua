@@ -1,7 +1,6 @@
 -- sandbox.pool{slurm = ...} against the test cluster (.ci/slurm-up): one
 -- provider per allocated node, sessions spread over them, the allocation
 -- released at every end of a run, lost providers (killed, node down).
-local cjson = require "cjson"
 local core = require "smol.core"
 local task = require "smol.task"
 local sandbox = require "smol.sandbox"
@@ -12,32 +11,7 @@ local h = sh.h
 local RUN = "spec/fixtures/slurm_pool_run.lua"
 local BWRAP = {profile = "bwrap/default", workspace = ""}
 
-local function calls_since(before)
-  local delta = {}
-  for name, n in pairs(slurm.calls()) do
-    if n ~= (before[name] or 0) then delta[name] = n - (before[name] or 0) end
-  end
-  return delta
-end
-
-local function cmdline(pid)
-  local f = io.open("/proc/" .. pid .. "/cmdline", "rb")
-  if not f then return "" end
-  local text = f:read("a")
-  f:close()
-  return text
-end
-
--- The provider processes of job_id (those serving, not their helpers), by node.
-local function providers_of(job_id)
-  local by_node = {}
-  for _, pid in ipairs(sh.job_processes(job_id)) do
-    if sh.comm(pid) == "smolwf-provider" and cmdline(pid):match("%zserve%z$") then
-      by_node[sh.env_of(pid, "SLURMD_NODENAME")] = pid
-    end
-  end
-  return by_node
-end
+local calls_since, providers_of, nodes_idle, report_of = sh.calls_since, sh.providers_of, sh.nodes_idle, sh.report_of
 
 -- The nodes the job's steps run on, sorted (the sruns start at once: any step ids).
 local function step_nodes(job_id)
@@ -52,20 +26,6 @@ local function nothing_left(job_id)
   assert(empty, "still in squeue: " .. tostring(listed))
   local gone, left = sh.job_processes_gone(job_id)
   assert(gone, "processes of job " .. job_id .. " left: " .. tostring(left))
-end
-
--- Waits until every node is idle again (a spec set one down).
-local function nodes_idle()
-  return h.wait_until(function()
-    return sh.run{"sinfo", "--noheader", "--Node", "--format=%N %T"} == "n1 idle\nn2 idle\nn3 idle\n"
-  end)
-end
-
-local function report_of(result)
-  for _, line in ipairs(result.out) do
-    if line:sub(1, 1) == "{" then return cjson.decode(line) end
-  end
-  error("no report line; stderr: " .. result.err)
 end
 
 describe("sandbox.pool on Slurm", function()

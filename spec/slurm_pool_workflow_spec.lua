@@ -18,29 +18,16 @@ local function run(def, opts)
   return testing.run_workflow(wf.define(def), opts)
 end
 
-local function cmdline(pid)
-  return fs.try_read_file("/proc/" .. pid .. "/cmdline") or ""
-end
-
--- The serving provider process on `node` of job_id (not a session's helper).
+-- The serving provider process on `node` of job_id.
 local function provider_on(job_id, node)
-  for _, pid in ipairs(sh.job_processes(job_id)) do
-    if sh.comm(pid) == "smolwf-provider" and cmdline(pid):match("%zserve%z$")
-        and sh.env_of(pid, "SLURMD_NODENAME") == node then
-      return tonumber(pid)
-    end
-  end
+  return sh.providers_of(job_id)[node]
 end
 
 local function job_of_queue()
   return sh.queue():match("^(%d+) RUNNING")
 end
 
-local function nodes_idle()
-  return h.wait_until(function()
-    return sh.run{"sinfo", "--noheader", "--Node", "--format=%N %T"} == "n1 idle\nn2 idle\nn3 idle\n"
-  end)
-end
+local nodes_idle = sh.nodes_idle
 
 -- A workflow file: build (its outputs declared), a test matrix over six
 -- shards, each running the built program; `hold` keeps every step running.

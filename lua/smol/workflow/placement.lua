@@ -29,6 +29,7 @@ local errors = require "smol.errors"
 local observe = require "smol.workflow.observe"
 local glob = require "smol.workflow.glob"
 local text = require "smol.workflow.text"
+local list = require("smol.workflow.step_cache").list
 
 local M = {}
 
@@ -36,12 +37,6 @@ M.DEFAULT_INFRA_RETRIES = 2
 -- Seconds a provider gets to answer `describe` when a step on it failed:
 -- a provider on its way out fails it at once, a busy one answers.
 local PING_TIMEOUT = 5
-
-local function list(v)
-  if v == nil then return {} end
-  if type(v) == "string" then return { v } end
-  return v
-end
 
 --[[ The pool of a run ]]
 

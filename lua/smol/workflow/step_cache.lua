@@ -31,6 +31,8 @@ local function list(v)
   if type(v) == "string" then return { v } end
   return v
 end
+-- A step's `inputs` or `outputs` as a list (a single pattern may be a string).
+M.list = list
 
 -- hash_files, waiting in the task (the files are hashed off the loop).
 local function hash(paths)
