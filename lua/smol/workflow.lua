@@ -5,6 +5,8 @@ smol.workflow: workflows as Lua tables of steps that run in sandboxes.
   return wf.define{
     name = "ci",                                   -- optional
     sandbox = {profile = "auto/default", workspace = "."},  -- the steps' shared session
+                                                   -- (pool = {...}: each step placed on a provider
+                                                   -- of a pool, smol.workflow.placement)
     jobs = 4,                                      -- concurrency cap (--jobs overrides)
     params = {mode = "debug"},                     -- defaults of ctx.params (--param k=v)
     steps = {
