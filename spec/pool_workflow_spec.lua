@@ -121,6 +121,36 @@ describe("a workflow on a pool", function()
     assert.equal(1, report.instances[1].infra_retries)
   end)
 
+  it("shows the pool in the plain view, the summary and report.html", function()
+    local out = {}
+    local buf = {write = function(_, ...) for _, x in ipairs{...} do out[#out + 1] = x end end, flush = function() end}
+    local runs = 0
+    local r = run({
+      name = "views", sandbox = pooled(2, {programs = {P, {P, node = "second"}}}),
+      steps = {{name = "victim", run = function(ctx)
+        runs = runs + 1
+        if runs == 1 then ctx:session():connection():kill("KILL") end
+        ctx:sh("true")
+      end}},
+    }, {observers = {require("smol.workflow.progress").new{out = buf, live = false}}})
+    assert.equal("success", r.result)
+    local text = table.concat(out)
+    local first = r.pool.providers[1].node
+    assert.matches(("pool: 2 providers: 1 %s %%(1 slot%%), 2 second %%(1 slot%%)"):format(first), text)
+    assert.matches(("[victim] on provider 1 (%s)\n"):format(first), text, 1, true)
+    assert.matches(("pool: provider 1 (%s) was killed by signal KILL"):format(first), text, 1, true)
+    assert.matches("[victim] runs again on another provider: provider 1 (", text, 1, true)
+    assert.matches("[victim] on provider 2 (second)\n", text, 1, true)
+    local summary = require("smol.workflow.summary").render(r, {width = false})
+    assert.matches("victim  @second", summary, 1, true)
+    assert.matches(("pool: 2 providers on %s, second\n  lost: provider 1 (%s) was killed by signal KILL")
+      :format(first, first), require("smol.workflow.pool_view").summary(r.pool.providers), 1, true)
+    local html = testing.report_file(r, "report.html")
+    assert.matches("<h2>By provider</h2>", html, 1, true)
+    assert.matches("1 " .. first .. " (lost)", html, 1, true)
+    assert.matches(">2 second<", html, 1, true)
+  end)
+
   it("gives up after infra_retries, and when no provider is left names every one lost", function()
     local function killer(ctx)
       ctx:session():connection():kill("KILL")

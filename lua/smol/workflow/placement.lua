@@ -52,7 +52,7 @@ end
 Starts the pool the workflow's sandbox names (S.sandbox loses its `pool`
 field: the rest are each session's options). run.pool lists the
 providers as they stand (kept current), observers hear pool_started(run,
-providers) and pool_changed(run, what, provider, providers) (what:
+providers) (before the first step is placed) and pool_changed(run, what, provider, providers) (what:
 "busy" or "lost"), step_placed(run, inst, placement) as an instance takes
 its slot and step_moved(run, inst, why) before it runs again elsewhere. A pool that
 cannot start raises a `setup` error naming why.
@@ -80,6 +80,12 @@ function M.start(S, open_pool)
       busy = info.busy, alive = info.alive, lost = info.lost }
     observe.notify(S, "pool_changed", what, S.run.pool.providers[member.index], S.run.pool.providers)
   end)
+end
+
+-- Observers hear of the pool after run_started, before the first placement.
+local function announce(S)
+  if S.pool_announced then return end
+  S.pool_announced = true
   observe.notify(S, "pool_started", S.run.pool.providers)
 end
 
@@ -302,6 +308,7 @@ placement that failed. The instance's side (smol.workflow.attempt):
 ]]
 function M.run(S, inst, on)
   if not S.pool then return on.outcome() end
+  announce(S)
   inst.infra_retries = 0
   while true do
     local ok, member = on.in_own_task(S.pool.acquire, S.pool)
