@@ -36,10 +36,6 @@ describe("smol.pool.files", function()
 
   for _, via in ipairs{"archive", "files"} do
     it("moves a tree to a session on another provider unchanged (" .. via .. ")", function()
-      if via == "archive" and not a.capabilities.archive then
-        pending("the provider does not announce archive yet")   -- luacheck: ignore
-        return
-      end
       sh(a, MAKE_TREE)
       local r = files.move(a, {"build"}, b, {via = via})
       assert.equal(via, r.via)
@@ -61,20 +57,22 @@ describe("smol.pool.files", function()
     assert.matches("missing/file", tostring(e), 1, true)
   end)
 
-  it("uploads a tree of this machine, leaving out tagged caches and excludes", function()
+  it("uploads a tree of this machine, leaving out tagged caches and the workspace's excludes", function()
     local dir = h.tempdir()
     fs.mkdir_p(dir .. "/src/lib")
     fs.mkdir_p(dir .. "/.cache/x")
     fs.mkdir_p(dir .. "/skip")
     fs.write_file(dir .. "/src/lib/a.c", "int a;\n")
+    fs.write_file(dir .. "/src/lib/a.o", "object\n")
     fs.write_file(dir .. "/skip/s", "s\n")
     fs.write_file(dir .. "/.cache/CACHEDIR.TAG", "Signature: 8a477f597d28d172789f06886806bc55\n")
     fs.write_file(dir .. "/.cache/x/junk", "junk\n")
-    local r = files.upload(dir, b, {exclude = b.capabilities.archive and {"./skip"} or nil})
-    assert.equal(b.capabilities.archive and "archive" or "files", r.via)
-    local want = b.capabilities.archive and "./src\n./src/lib\n./src/lib/a.c\n"
-      or "./skip\n./skip/s\n./src\n./src/lib\n./src/lib/a.c\n"
-    assert.equal(want, sh(b, "find . -mindepth 1 | sort"))
+    for _, via in ipairs{"archive", "files"} do
+      local target = pool:open_on(pool:member(2), {profile = "auto/default"})
+      local r = files.upload(dir, target, {exclude = {"/skip", "*.o"}, via = via})
+      assert.equal(via, r.via)
+      assert.equal("./src\n./src/lib\n./src/lib/a.c\n", sh(target, "find . -mindepth 1 | sort"))
+    end
   end)
 
   it("uploads a workspace at open: workspace = {path = DIR, upload = true}", function()

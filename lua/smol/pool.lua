@@ -230,7 +230,7 @@ local function split_upload(opts, level)
       error(("pool: open: workspace.%s does not go with upload"):format(tostring(k)), level + 1)
     end
   end
-  opts.workspace = ""
+  opts.workspace = nil   -- an empty workspace, the tree comes after
   return opts, {path = ws.path, exclude = ws.exclude}
 end
 

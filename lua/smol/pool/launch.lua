@@ -195,8 +195,7 @@ sandbox's own); otherwise the pool's profile.
 local function probe(member, profiles, profile)
   local sandbox = require "smol.sandbox"
   local local_profile = has_profile(profiles, "local/default")
-  local sb = sandbox.open{connection = member.conn, profile = local_profile and "local/default" or profile,
-    workspace = ""}
+  local sb = sandbox.open{connection = member.conn, profile = local_profile and "local/default" or profile}
   local ok, r = pcall(sb.exec, sb, {"sh", "-c", "getconf _NPROCESSORS_ONLN; uname -n"})
   pcall(sb.close, sb)
   if not ok then error(r, 0) end
