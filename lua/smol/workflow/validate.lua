@@ -95,7 +95,7 @@ local KIND_TEXT = {
   retry = "a table {attempts = N, backoff = SECONDS, when = function}",
   name = "a non-empty string without '[' or ']'", steps = "a non-empty list of steps",
   sandbox = "a table of sandbox.open options", profile = "a string or {provider = ..., name = ...}",
-  workspace = 'a path or {path = ".", upload = true}',
+  workspace = 'a path or {path = ".", exclude = {...}, mode = ..., upload = true}',
   pool = "a table of sandbox.pool options, e.g. {slurm = {nodes = 3}}",
   env = 'a table of environment variables, e.g. {CC = "gcc"}',
   globs = 'a path pattern or a list of them, e.g. {"src/**.c", "Makefile"}',
@@ -183,7 +183,7 @@ local CHECKS = {
   retry = function(v) return type(v) == "table" end,
   sandbox = function(v) return type(v) == "table" end,
   profile = function(v) return type(v) == "string" or type(v) == "table" end,
-  -- a path, or {path = ..., upload = true, exclude = {...}} (smol.pool)
+  -- a path, or {path =, exclude =, mode =} (smol.sandbox) with upload = true on a pool (smol.pool)
   workspace = function(v) return type(v) == "string" or (type(v) == "table" and type(v.path) == "string") end,
   pool = function(v) return type(v) == "table" end,
   -- a path or name, or an argv list (smol.sandbox)
