@@ -219,6 +219,7 @@ describe("a workflow on a pool", function()
       {{pool = {slurm = {nodes = 0}, infra_retries = -1}}, "workflow sandbox pool: infra_retries must be an integer >= 0"},
       {{pool = 3}, "workflow sandbox: field 'pool' must be a table of sandbox.pool options"},
       {{workspace = {upload = true}}, "workflow sandbox: field 'workspace' must be a path or"},
+      {{workspace = {path = ".", upload = true}}, "workflow sandbox: workspace.upload needs a pool"},
     } do
       local e = h.catch(wf.define, {name = "bad", sandbox = case[1], steps = {{name = "a", run = function() end}}})
       assert.is_true(wf.is_invalid(e))

@@ -371,6 +371,11 @@ function M.problems(def)
   if type(def.sandbox) == "table" then
     check_fields(def.sandbox, SANDBOX_FIELDS, "workflow sandbox", problems)
     if type(def.sandbox.pool) == "table" then M.check_pool(def.sandbox.pool, problems) end
+    local ws = def.sandbox.workspace
+    if type(ws) == "table" and ws.upload and def.sandbox.pool == nil then
+      problems[#problems + 1] = "workflow sandbox: workspace.upload needs a pool (sandbox = {pool = {...}}); "
+        .. "without one the workspace is this machine's already"
+    end
   end
   if secrets_ok(def.secrets) then M.check_secrets(def.secrets, problems) end
   if def.steps == nil then problems[#problems + 1] = "workflow: missing field 'steps'" end
