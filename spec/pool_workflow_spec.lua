@@ -149,6 +149,7 @@ describe("a workflow on a pool", function()
     assert.matches("<h2>By provider</h2>", html, 1, true)
     assert.matches("1 " .. first .. " (lost)", html, 1, true)
     assert.matches(">2 second<", html, 1, true)
+    assert.matches('<span class="meta">@second, moved 1×: provider lost</span>', html, 1, true)
   end)
 
   it("gives up after infra_retries, and when no provider is left names every one lost", function()

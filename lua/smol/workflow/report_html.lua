@@ -6,6 +6,7 @@
 local text = require "smol.workflow.text"
 local gantt = require "smol.workflow.gantt"
 local gantt_lanes = require "smol.workflow.gantt_lanes"
+local pool_view = require "smol.workflow.pool_view"
 local graph = require "smol.workflow.graph"
 local reportdir = require "smol.workflow.reportdir"
 
@@ -129,7 +130,10 @@ local function table_row(run, inst, index, with_sandbox)
     text.plural(#inst.artifacts, "artifact")) or ""
   return table.concat{
     "<tr>", status_cell(inst.status),
-    string.format('<td class="step"><a href="#log-%d">%s</a>%s</td>', index, esc(inst.id), artifacts),
+    string.format('<td class="step"><a href="#log-%d">%s</a>%s%s</td>', index, esc(inst.id), artifacts,
+      -- on a pool: where it ran, and how often it ran again because a provider was lost
+      inst.placement and string.format('<br><span class="meta">%s%s</span>', esc(pool_view.tag(inst, run.pool)),
+        (inst.infra_retries or 0) > 0 and esc((", moved %d×: provider lost"):format(inst.infra_retries)) or "") or ""),
     string.format('<td class="num">%s</td><td class="num">%s</td>', start, duration_of(inst)),
     string.format('<td class="num">%d</td><td class="num">%s</td>', #(inst.attempts or {}), inst.exit_code or "-"),
     with_sandbox and string.format('<td class="sandbox">%s</td>', esc(text.sandbox_label(inst.sandbox) or "-")) or "",
