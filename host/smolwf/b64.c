@@ -102,6 +102,15 @@ int b64_push(lua_State *L, const char *src, size_t n) {
   return 1;
 }
 
+int b64_push_or_why(lua_State *L, const char *src, size_t n) {
+  if (b64_push(L, src, n)) return 1;
+  unsigned char *dst = scratch_for(b64_decoded_maxlen(n) + 1);
+  size_t at = 0;
+  if (dst != NULL) b64_decode(src, n, dst, &at);
+  lua_pushfstring(L, "invalid base64 at offset %I", (lua_Integer)at);
+  return 0;
+}
+
 void b64_open(lua_State *L) {
   static const luaL_Reg funcs[] = {
     {"b64encode", core_b64encode}, {"b64decode", core_b64decode}, {NULL, NULL}};

@@ -73,15 +73,21 @@ static int capture_append(lua_State *L) {
   return 0;
 }
 
-static int capture_take(lua_State *L) {
-  capture *c = check_capture(L);
+int capture_push_taken(lua_State *L, int idx) {
+  capture *c = lua_touserdata(L, idx);
   lua_pushlstring(L, c->data ? c->data : "", c->len);   /* may raise: __gc still frees */
-  if (c->truncated) lua_pushboolean(L, 1);
-  else lua_pushnil(L);
+  int truncated = c->truncated;
   free(c->data);
   c->data = NULL;
   c->len = c->cap = 0;
   c->truncated = 0;
+  return truncated;
+}
+
+static int capture_take(lua_State *L) {
+  check_capture(L);
+  if (capture_push_taken(L, 1)) lua_pushboolean(L, 1);
+  else lua_pushnil(L);
   return 2;
 }
 

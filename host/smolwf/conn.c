@@ -34,7 +34,13 @@
 ** before parsing (see decode_split). */
 #define SPLIT_MIN 4096
 
-enum { RQ_HEAD = 1, RQ_TAIL, RQ_ID, RQ_QUIET, RQ_KEPT, RQ_PID, RQ_OUT, RQ_ERR, RQ_FIRST };
+/*
+** A process request (exec, wait: sent with a capture mode) also has
+** RQ_MODE (EXEC_* of host.h; false for any other request), RQ_QUIET,
+** RQ_LIMIT (bytes of each stream to keep), RQ_ARGV (for its result),
+** RQ_PID (its `started` event's process_id) and its kept output.
+*/
+enum { RQ_HEAD = 1, RQ_TAIL, RQ_ID, RQ_MODE, RQ_QUIET, RQ_LIMIT, RQ_ARGV, RQ_PID, RQ_OUT, RQ_ERR, RQ_FIRST };
 enum { CONN_RUNNING, CONN_STOPPED, CONN_CLOSED };
 
 typedef struct conn {
@@ -104,13 +110,18 @@ static void rq_set_int(lua_State *L, int rq, int slot, lua_Integer v) {
   lua_rawseti(L, rq, slot);
 }
 
-static void rq_reset(lua_State *L, int rq) {
-  rq_set_int(L, rq, RQ_HEAD, RQ_FIRST);
-  rq_set_int(L, rq, RQ_TAIL, RQ_FIRST - 1);
-  for (int slot = RQ_QUIET; slot <= RQ_ERR; slot++) {
+/* A process request's own slots, back to false. */
+static void clear_slots(lua_State *L, int rq) {
+  for (int slot = RQ_MODE; slot <= RQ_ERR; slot++) {
     lua_pushboolean(L, 0);
     lua_rawseti(L, rq, slot);
   }
+}
+
+static void rq_reset(lua_State *L, int rq) {
+  rq_set_int(L, rq, RQ_HEAD, RQ_FIRST);
+  rq_set_int(L, rq, RQ_TAIL, RQ_FIRST - 1);
+  clear_slots(L, rq);
 }
 
 /* Calls notify(rq) when a task waits on the queue at rq. */
@@ -230,30 +241,30 @@ static int has_payload(const char *type) {
 
 /* {=================== quiet process requests ===================} */
 
-/* A quiet request kept something (process_id, output): recycle looks only then. */
-static void mark_kept(lua_State *L, int rq) {
-  lua_pushboolean(L, 1);
-  lua_rawseti(L, rq, RQ_KEPT);
+/* The request's mode (EXEC_*; EXEC_PLAIN for a request that is not a process request). */
+static int rq_mode(lua_State *L, int rq) {
+  return (int)rq_int(L, rq, RQ_MODE);
 }
 
 /* Appends bytes to the rq's capture for stream slot (RQ_OUT or RQ_ERR), made on first use. */
 static int keep_output(lua_State *L, int rq, int slot, const char *bytes, size_t n) {
-  lua_rawgeti(L, rq, RQ_QUIET);
-  lua_Integer limit = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : -1;
-  lua_pop(L, 1);
-  if (limit < 0) return 1;   /* quiet without keeping: the output is dropped */
+  if (rq_mode(L, rq) != EXEC_EVENTS) return 1;   /* the output is not kept here */
   capture *kept;
   if (lua_rawgeti(L, rq, slot) == LUA_TUSERDATA) {
     kept = lua_touserdata(L, -1);
   } else {
     lua_pop(L, 1);
-    kept = capture_push(L, (size_t)limit);
+    kept = capture_push(L, (size_t)rq_int(L, rq, RQ_LIMIT));
     lua_pushvalue(L, -1);
     lua_rawseti(L, rq, slot);
-    mark_kept(L, rq);
   }
   lua_pop(L, 1);
   return capture_add(kept, bytes, n);
+}
+
+static void keep_pid(lua_State *L, int rq, const char *pid, size_t n) {
+  lua_pushlstring(L, pid, n);
+  lua_rawseti(L, rq, RQ_PID);
 }
 
 /*
@@ -269,11 +280,7 @@ static int absorb(lua_State *L, int rq, const cJSON *ev, int bytes) {
   if (strcmp(type, "started") == 0) {
     const cJSON *pid = cJSON_GetObjectItemCaseSensitive(ev, "process_id");
     if (pid != NULL && !cJSON_IsString(pid)) return 0;
-    if (pid != NULL) {
-      lua_pushstring(L, pid->valuestring);
-      lua_rawseti(L, rq, RQ_PID);
-      mark_kept(L, rq);
-    }
+    if (pid != NULL) keep_pid(L, rq, pid->valuestring, strlen(pid->valuestring));
     return 1;
   }
   if (!is_output(type)) return 0;
@@ -289,6 +296,51 @@ static int absorb(lua_State *L, int rq, const cJSON *ev, int bytes) {
   int ok = keep_output(L, rq, slot, data, n);
   lua_pop(L, 1);
   return ok;
+}
+
+/*
+** An event of a process request that is not quiet, decoded into the
+** table at ev and queued for the client: the connection still keeps its
+** process_id and its output, as for a quiet one.
+*/
+static void note_event(lua_State *L, int rq, int ev, int stream, int started) {
+  if (stream) {
+    size_t n;
+    if (lua_getfield(L, ev, "data") == LUA_TSTRING) {
+      const char *data = lua_tolstring(L, -1, &n);
+      keep_output(L, rq, stream, data, n);
+    }
+    lua_pop(L, 1);
+  } else if (started) {
+    size_t n;
+    if (lua_getfield(L, ev, "process_id") == LUA_TSTRING) {
+      const char *pid = lua_tolstring(L, -1, &n);
+      keep_pid(L, rq, pid, n);
+    }
+    lua_pop(L, 1);
+  }
+}
+
+/*
+** Replaces the result body at body with the process request's result
+** (exec_result.c); returns the kind to queue: "result", or "protocol"
+** with the message in its place.
+*/
+static const char *finish_process(lua_State *L, int rq, int body, int mode) {
+  int top = lua_gettop(L);
+  exec_kept k = {mode, 0, 0, 0, 0, 0};
+  lua_rawgeti(L, rq, RQ_LIMIT);
+  k.limit = (size_t)lua_tointeger(L, -1);
+  lua_pop(L, 1);
+  int *idx[] = {&k.argv, &k.pid, &k.out, &k.err};
+  for (int slot = RQ_ARGV; slot <= RQ_ERR; slot++) {
+    lua_rawgeti(L, rq, slot);
+    *idx[slot - RQ_ARGV] = lua_toboolean(L, -1) ? lua_gettop(L) : 0;
+  }
+  int ok = exec_result_push(L, body, &k);
+  lua_replace(L, body);
+  lua_settop(L, top);
+  return ok ? "result" : "protocol";
 }
 
 /* {=================== routing ===================} */
@@ -377,7 +429,8 @@ static void route(lua_State *L, conn *c, cJSON *msg, const char *line, size_t le
   push_pending(L, c, id);
   int rq = lua_istable(L, -1) ? lua_gettop(L) : 0;
   int is_event = e.kind != NULL && strcmp(e.kind, "event") == 0;
-  if (rq && is_event) {
+  int mode = rq ? rq_mode(L, rq) : EXEC_PLAIN;
+  if (mode != EXEC_PLAIN && is_event) {
     lua_rawgeti(L, rq, RQ_QUIET);
     int quiet = lua_toboolean(L, -1);
     lua_pop(L, 1);
@@ -388,6 +441,8 @@ static void route(lua_State *L, conn *c, cJSON *msg, const char *line, size_t le
   }
   const char *type = is_event ? event_type(e.body) : NULL;
   int output = is_event && cJSON_IsObject(e.body) && has_payload(type);
+  int stream = output && is_output(type) ? (type[3] == 'o' ? RQ_OUT : RQ_ERR) : 0;   /* (type dies with msg) */
+  int started = type != NULL && strcmp(type, "started") == 0;
   if (e.kind != NULL) {
     lua_pushstring(L, e.kind);
     if (exact) {
@@ -405,6 +460,13 @@ static void route(lua_State *L, conn *c, cJSON *msg, const char *line, size_t le
   }
   const char *kind = e.kind;   /* a static string: outlives msg */
   cJSON_Delete(msg);
+  if (mode != EXEC_PLAIN && kind != NULL) {
+    if (is_event && lua_istable(L, -1)) note_event(L, rq, lua_gettop(L), stream, started);
+    else if (kind[0] == 'r' && (kind = finish_process(L, rq, lua_gettop(L), mode))[0] == 'p') {
+      lua_pushstring(L, kind);
+      lua_replace(L, -3);
+    }
+  }
   if (!rq) {
     stray(L, c, id, kind, id + 3);
     return;
@@ -527,12 +589,8 @@ static int take_plain_event(lua_State *L, conn *c, const char *line, size_t len)
   if (lua_rawgeti(L, -1, id) != LUA_TTABLE) return 0;   /* not ours to take: cJSON decides */
   int rq = lua_gettop(L);
   lua_rawgeti(L, rq, RQ_QUIET);
-  int quiet = lua_toboolean(L, -1);
-  if (quiet && pid != NULL) {
-    lua_pushlstring(L, pid, (size_t)(pid_end - pid));
-    lua_rawseti(L, rq, RQ_PID);
-    mark_kept(L, rq);
-  }
+  int quiet = lua_toboolean(L, -1) && rq_mode(L, rq) != EXEC_PLAIN;
+  if (quiet && pid != NULL) keep_pid(L, rq, pid, (size_t)(pid_end - pid));
   return quiet;
 }
 
@@ -636,26 +694,46 @@ static char *format_id(lua_Integer v, char *buf) {
   return p;
 }
 
-/* conn:send(method, params_json [, quiet]) -> rq | nil, why */
+/* A process request's capture mode argument (4): EXEC_* or EXEC_PLAIN when absent. */
+static int check_mode(lua_State *L) {
+  static const char *const modes[] = {"events", "copy", "none", NULL};
+  if (lua_isnoneornil(L, 4)) return EXEC_PLAIN;
+  int mode = luaL_checkoption(L, 4, NULL, modes) + EXEC_EVENTS;
+  lua_Integer limit = luaL_checkinteger(L, 5);
+  luaL_argcheck(L, limit >= 0, 5, "the output to keep must be a non-negative integer");
+  luaL_checktype(L, 6, LUA_TTABLE);
+  return mode;
+}
+
+/* The slots of a process request: its mode, quiet flag, limit and argv (args 4-7). */
+static void set_process(lua_State *L, int rq, int mode) {
+  lua_pushinteger(L, mode);
+  lua_rawseti(L, rq, RQ_MODE);
+  lua_pushboolean(L, lua_toboolean(L, 7));
+  lua_rawseti(L, rq, RQ_QUIET);
+  lua_pushvalue(L, 5);
+  lua_rawseti(L, rq, RQ_LIMIT);
+  lua_pushvalue(L, 6);
+  lua_rawseti(L, rq, RQ_ARGV);
+}
+
+/* conn:send(method, params_json [, capture, limit, argv, quiet]) -> rq | nil, why */
 static int conn_send(lua_State *L) {
   conn *c = check_conn(L);
   luaL_checkstring(L, 2);
   size_t params_len;
   const char *params = luaL_checklstring(L, 3, &params_len);
-  if (!lua_isnoneornil(L, 4) && !lua_isboolean(L, 4)) {
-    lua_Integer cap = luaL_checkinteger(L, 4);
-    luaL_argcheck(L, cap >= 0, 4, "the output to keep must be a non-negative integer");
-  }
-  lua_settop(L, 4);
+  int mode = check_mode(L);
+  lua_settop(L, 7);
   if (c->state != CONN_RUNNING) {
     luaL_pushfail(L);
     lua_pushliteral(L, "the connection is stopped");
     return 2;
   }
   lua_Integer id = c->next_id++;
-  push_infix(L, c, 2);   /* at 5 */
+  push_infix(L, c, 2);   /* at 8 */
   size_t infix_len;
-  const char *infix = lua_tolstring(L, 5, &infix_len);
+  const char *infix = lua_tolstring(L, 8, &infix_len);
   char digits[24];
   char *id_text = format_id(id, digits);
   uv_buf_t bufs[5] = {uv_buf_init((char *)"{\"id\":", 6), uv_buf_init(id_text, (unsigned)(digits + 24 - id_text)),
@@ -667,10 +745,10 @@ static int conn_send(lua_State *L) {
     for (int i = 0; i < 5; i++) luaL_addlstring(&b, bufs[i].base, bufs[i].len - (i == 4));
     luaL_pushresult(&b);   /* the line without its newline */
     observe(L, c, "send", lua_gettop(L));
-    lua_settop(L, 5);
+    lua_settop(L, 8);
   }
   int rc = process_write_bufs(L, conn_proc(L, c), bufs, 5);
-  lua_settop(L, 4);
+  lua_settop(L, 7);
   if (rc != 0) {
     luaL_pushfail(L);
     lua_pushstring(L, uv_strerror(rc));
@@ -679,10 +757,7 @@ static int conn_send(lua_State *L) {
   push_queue(L, c);
   int rq = lua_gettop(L);
   rq_set_int(L, rq, RQ_ID, id);
-  if (lua_toboolean(L, 4)) {
-    lua_pushvalue(L, 4);
-    lua_rawseti(L, rq, RQ_QUIET);
-  }
+  if (mode != EXEC_PLAIN) set_process(L, rq, mode);
   lua_rawgeti(L, LUA_REGISTRYINDEX, c->pending_ref);
   lua_pushvalue(L, rq);
   lua_rawseti(L, -2, id);
@@ -691,43 +766,14 @@ static int conn_send(lua_State *L) {
   return 1;
 }
 
-/* Pushes the request's process_id, stdout and stderr captures (nil where none). */
-static void push_outcome(lua_State *L, int rq) {
-  for (int slot = RQ_PID; slot <= RQ_ERR; slot++) {
-    lua_rawgeti(L, rq, slot);
-    if (!lua_toboolean(L, -1)) {
-      lua_pop(L, 1);
-      lua_pushnil(L);
-    }
-  }
-}
-
 /*
 ** The request at rq ended with its reply (take found result or error):
-** pushes its process_id and kept output (nil where none), and pools its
-** queue. Only what the request set is reset: a quiet request's slots, and
-** head and tail when replies came after the end (drained: none did).
+** its queue is pooled. Only what the request set is reset: a process
+** request's slots, and head and tail when replies came after the end
+** (drained: none did).
 */
 static void recycle(lua_State *L, conn *c, int rq, int drained) {
-  int quiet = lua_rawgeti(L, rq, RQ_QUIET) != LUA_TBOOLEAN || lua_toboolean(L, -1);
-  lua_pop(L, 1);
-  int kept = quiet && lua_rawgeti(L, rq, RQ_KEPT) == LUA_TBOOLEAN && lua_toboolean(L, -1);
-  if (quiet) lua_pop(L, 1);
-  if (kept) {
-    push_outcome(L, rq);
-    for (int slot = RQ_KEPT; slot <= RQ_ERR; slot++) {
-      lua_pushboolean(L, 0);
-      lua_rawseti(L, rq, slot);
-    }
-  } else {
-    lua_pushnil(L);
-    lua_pushnil(L);
-    lua_pushnil(L);
-  }
-  if (quiet) {
-    lua_pushboolean(L, 0);
-    lua_rawseti(L, rq, RQ_QUIET);
-  }
+  if (rq_mode(L, rq) != EXEC_PLAIN) clear_slots(L, rq);
   if (!drained) {   /* what came after the end (a failure from a late timer) */
     lua_Integer head = rq_int(L, rq, RQ_HEAD), tail = rq_int(L, rq, RQ_TAIL);
     for (lua_Integer i = head; i <= tail; i++) {
@@ -745,10 +791,7 @@ static void recycle(lua_State *L, conn *c, int rq, int drained) {
   }
 }
 
-/*
-** conn:take(rq) -> kind, body | nil; after a result or an error also the
-** request's process_id, stdout and stderr (see recycle: rq is pooled).
-*/
+/* conn:take(rq) -> kind, body | nil (after a result or an error, rq is pooled: see recycle) */
 static int conn_take(lua_State *L) {
   conn *c = to_conn(L);
   luaL_checktype(L, 2, LUA_TTABLE);
@@ -769,11 +812,18 @@ static int conn_take(lua_State *L) {
     rq_set_int(L, 2, RQ_HEAD, head + 2);
   }
   const char *kind = lua_tostring(L, 3);
-  if (kind[0] == 'r' || (kind[0] == 'e' && kind[1] == 'r')) {   /* result, error: the request ended */
-    recycle(L, c, 2, drained);
-    return 5;
-  }
+  /* result, error, protocol: the request ended */
+  if (kind[0] == 'r' || kind[0] == 'p' || (kind[0] == 'e' && kind[1] == 'r')) recycle(L, c, 2, drained);
   return 2;
+}
+
+/* conn:process_id(rq) -> the process_id of the request's `started` event, or nil */
+static int conn_process_id(lua_State *L) {
+  to_conn(L);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  lua_rawgeti(L, 2, RQ_PID);
+  if (!lua_toboolean(L, -1)) lua_pushnil(L);
+  return 1;
 }
 
 /* conn:fail(rq, err): a failure for the request's waiter */
@@ -1027,6 +1077,7 @@ void conn_open(lua_State *L) {
   json_arena_install();
   static const luaL_Reg methods[] = {
     {"pid", conn_pid}, {"send", conn_send}, {"take", conn_take}, {"fail", conn_fail},
+    {"process_id", conn_process_id},
     {"fail_pending", conn_fail_pending}, {"abandon", conn_abandon},
     {"stop", conn_stop}, {"observe", conn_observe}, {"close_stdin", conn_close_stdin},
     {"kill", conn_kill}, {"pending_count", conn_pending_count}, {"close", conn_close},

@@ -169,7 +169,17 @@ void capture_open(lua_State *L);        /* capture.c: core.capture, exec's kept 
 typedef struct capture capture;
 capture *capture_push(lua_State *L, size_t limit);  /* a new core.capture on the stack */
 int capture_add(capture *c, const char *bytes, size_t n); /* 0: out of memory */
+int capture_push_taken(lua_State *L, int idx); /* pushes the bytes of the capture at idx, empties it; 1: truncated */
 int b64_push(lua_State *L, const char *src, size_t n); /* b64.c: pushes the bytes; 0 (nothing) if invalid */
+int b64_push_or_why(lua_State *L, const char *src, size_t n); /* the bytes and 1, or why not and 0 */
+/* exec_result.c: a process request's result (exec, wait) from its result object */
+enum { EXEC_PLAIN, EXEC_EVENTS, EXEC_COPY, EXEC_NONE };   /* how output is kept */
+typedef struct exec_kept {
+  int mode;                /* EXEC_EVENTS, EXEC_COPY or EXEC_NONE */
+  size_t limit;            /* EXEC_COPY: the bytes of each stream to keep */
+  int argv, pid, out, err; /* stack indexes of what was kept (0: none) */
+} exec_kept;
+int exec_result_push(lua_State *L, int body, const exec_kept *k); /* 1, or 0 with a message */
 void command_open(lua_State *L);        /* command.c: core.process_params */
 void fs_open(lua_State *L);
 void os_open(lua_State *L);            /* os.c: core.chmod, kill, getpid, raise, error_code */

@@ -351,23 +351,24 @@ local function provider_error(conn, method, e)
 end
 
 -- Takes replies until the terminal one; on_event gets each event (and
--- ctx). Returns the result, and (see smol.conn's take) the process_id and
--- kept output. Nothing can have come before the first wait: the request
--- was just sent.
+-- ctx). Returns the result. Nothing can have come before the first wait:
+-- the request was just sent.
 local function await(conn, method, rq, on_event, ctx)
   local c, take = conn.c, conn.take
   wait_until(rq, has_reply, "a reply")
   while true do
-    local kind, body, pid, out, err = take(c, rq)
+    local kind, body = take(c, rq)
     if kind == nil then
       wait_until(rq, has_reply, "a reply")
-      kind, body, pid, out, err = take(c, rq)
+      kind, body = take(c, rq)
     end
-    if kind == "result" then return body, pid, out, err end
+    if kind == "result" then return body end
     if kind == "event" then
       if on_event then on_event(body, ctx) end
     elseif kind == "error" then
       error(provider_error(conn, method, body), 0)
+    elseif kind == "protocol" then  -- a process request's result that makes no sense
+      errors.raise{code = "protocol", message = body}
     else
       error(body, 0)  -- a failure
     end
@@ -384,10 +385,11 @@ end
 
 local NO_OPTS = {}
 
--- Sends a request; its reply queue, or nil and the error.
-function Conn:send_request(method, params, quiet)
+-- Sends a request (a process request with capture, limit, argv, quiet:
+-- see smol.conn's send); its reply queue, or nil and the error.
+function Conn:send_request(method, params, capture, limit, argv, quiet)
   if self.state ~= "running" then return nil, self.failure end
-  local rq, why = self.c:send(method, params, quiet)
+  local rq, why = self.c:send(method, params, capture, limit, argv, quiet)
   if rq then return rq end
   return nil, errors.new{code = "io_error", program = self.program, method = method,
     message = ("cannot write to provider `%s`: %s"):format(self.label, tostring(why))}
@@ -402,23 +404,33 @@ name. on_event(event, ctx) gets each event in order (ctx: anything, so a
 caller needs no closure per request). opts.timeout: seconds to wait for
 the terminal line (math.huge: no limit). opts.on_late(msg): for a request
 given up on (timeout, cancel) whose terminal line comes later; it gets
-{result = ...} or {error = ...} and must not yield. opts.quiet: see
-smol.conn's send (a process request without callbacks); then the third
-and fourth results are the kept stdout and stderr (core.capture values),
-and the process_id of its `started` event is the fifth (on failure, the
-third).
+{result = ...} or {error = ...} and must not yield.
 ]]
 function Conn:try_request(method, params, on_event, ctx, opts)
   opts = opts or NO_OPTS
-  local rq, err = self:send_request(method, params, opts.quiet)
+  local rq, err = self:send_request(method, params)
   if not rq then return false, err end
   local timeout, timer = opts.timeout, nil
   if timeout and timeout ~= math.huge then timer = arm_timeout(self, method, rq, timeout) end
-  local ok, result, pid, out, errout = pcall(await, self, method, rq, on_event, ctx)
+  local ok, result = pcall(await, self, method, rq, on_event, ctx)
   if timer then timer:stop() end
-  if ok then return true, result, out, errout, pid end
+  if ok then return true, result end
   -- (after an error reply the request has ended already: abandon does nothing)
   return false, result, self.c:abandon(rq, opts.on_late)
+end
+
+--[[
+A process request (exec, wait): as try_request, but its result is the
+one smol.sandbox returns, made by the connection (see smol.conn's send:
+capture "events", "copy" or "none", limit, argv, quiet). On failure the
+third value is the process_id of its `started` event, if any.
+]]
+function Conn:try_process(method, params, on_event, ctx, capture, limit, argv, quiet)
+  local rq, err = self:send_request(method, params, capture, limit, argv, quiet)
+  if not rq then return false, err end
+  local ok, result = pcall(await, self, method, rq, on_event, ctx)
+  if ok then return true, result end
+  return false, result, self.c:abandon(rq)
 end
 
 -- Conn:try_request that returns the result or raises the error value;

@@ -31,7 +31,7 @@ Provider and protocol failures raise smol.errors values; a process's exit
 status is data in the result: {ok, exit_code, signal, timed_out, stdout,
 stderr, stdout_truncated, stderr_truncated, argv (the command, a list),
 process_id (exec)}. exec's captured output is built from its events where
-the session announces "output_limit" (see capture_chunk); `open` has a
+the session announces "output_limit" (see exec_result.c); `open` has a
 deadline (sandbox.open_timeout, see give_up_open). What a session without
 an extension does with the options that need it: smol.capabilities.
 ]]
@@ -499,33 +499,24 @@ end
 local KNOWN_EVENTS = {started = true, stdout = true, stderr = true, exited = true, dropped = true}
 
 --[[
-A process request's state, `req`, one table per exec/spawn/wait (the
-request's hot path makes few tables: this one, its argv and its result):
+A process request's state, `req`, made only for a request with callbacks
+or a client deadline (a quiet request has none: its events stay in the
+connection):
   spec        the caller's callbacks (on_stdout, on_stderr, on_event)
-  capture     how output is kept: "events", "result" or "none"
-  stdout, stderr  with "events": a core.capture each, made by the first
-              chunk (the kept bytes live outside the Lua heap: see
-              host/smolwf/capture.c)
-  process_id  from the `started` event (to kill the process on cancel);
-              false until then
-"events" is for sessions announcing "output_limit": the provider is asked
-for no copy of its own (max_output_bytes = 0), so a big output is not held
-again as one huge result line, its Lua string and its decoded copy, and
-crosses the pipe once. Each stream keeps its first max_output_bytes, and
-is truncated exactly when the command wrote more, as the provider's copy
-would be. "result" takes the result's own copy (part-1 providers, wait).
+  process_id  from the `started` event (to kill the process on a client
+              deadline); false until then
+The result itself is made by the connection (host/smolwf/exec_result.c),
+which also keeps the output: with capture "events", for sessions
+announcing "output_limit", the provider is asked for no copy of its own
+(max_output_bytes = 0), so a big output is not held again as one huge
+result line, and crosses the pipe once; each stream keeps its first
+max_output_bytes, truncated exactly when the command wrote more. "copy"
+takes the result's own copy (part-1 providers, wait).
 ]]
-local function capture_chunk(req, kind, data)
-  local kept = req[kind]
-  if kept == nil then
-    kept = core.capture(req.spec.max_output_bytes or sandbox.max_output_bytes)
-    req[kind] = kept
-  end
-  kept:append(data)
-end
 
 -- A process request's on_event: validates each event, decodes its data,
--- and hands it to the caller's callbacks in order (and to the capture).
+-- and hands it to the caller's callbacks in order. req is nil for a quiet
+-- request (only an event the connection did not take reaches here).
 local function on_process_event(ev, req)
   if type(ev) ~= "table" then protocol_error("sandbox exec event is not a JSON object") end
   local kind = ev.type
@@ -534,65 +525,18 @@ local function on_process_event(ev, req)
   end
   if kind == "stdout" or kind == "stderr" then
     -- the connection decodes valid payloads (see host/smolwf/conn.h)
-    local data = ev.data
-    if type(data) ~= "string" then
-      data = decode_b64(ev.data_base64, "sandbox exec event contained invalid base64 data")
-      ev.data = data
+    if type(ev.data) ~= "string" then
+      ev.data = decode_b64(ev.data_base64, "sandbox exec event contained invalid base64 data")
     end
-    if req.capture == "events" then capture_chunk(req, kind, data) end
-  elseif kind == "started" then
+  elseif kind == "started" and req then
     req.process_id = str(ev.process_id)
     if req.timed_out then req.session:kill_timed_out(req) end
   end
+  if req == nil then return end
   local spec = req.spec
   if spec.on_event then spec.on_event(ev) end
   local on_data = kind == "stdout" and spec.on_stdout or kind == "stderr" and spec.on_stderr
   if on_data then on_data(ev.data) end
-end
-
--- A result's own copy of the output (capture "result"): stdout, stderr and
--- whether each was truncated. Raises a protocol error for invalid base64.
-local function copied_output(r)
-  return decode_b64(r.stdout_base64, "sandbox exec returned invalid base64 stdout"),
-    decode_b64(r.stderr_base64, "sandbox exec returned invalid base64 stderr"),
-    r.stdout_truncated == true or nil, r.stderr_truncated == true or nil
-end
-
---[[
-The result of exec or wait. This and the rest of exec's path avoid the
-calls, tables and table fields they can: at a few hundred instructions
-each in this Lua, they were most of a request's cost.
-]]
-local function build_result(r, req, argv, op, path)
-  local stdout, stderr, stdout_truncated, stderr_truncated
-  local capture = req.capture
-  if capture == "events" then
-    local out, err = req.stdout, req.stderr
-    if out then stdout, stdout_truncated = out:take() else stdout = "" end
-    if err then stderr, stderr_truncated = err:take() else stderr = "" end
-  elseif capture == "result" then
-    local ok
-    ok, stdout, stderr, stdout_truncated, stderr_truncated = pcall(copied_output, r)
-    if not ok then error(errors.with_context(stdout, op, path), 0) end
-    local cap = req.spec.max_output_bytes or sandbox.max_output_bytes
-    if #stdout > cap then stdout, stdout_truncated = stdout:sub(1, cap), true end
-    if #stderr > cap then stderr, stderr_truncated = stderr:sub(1, cap), true end
-  end -- "none": nothing was kept on purpose (a cap of 0's "truncated" says nothing)
-  local exit_code = tointeger(r.exit_code) or -1
-  local signal, timed_out, running = r.signal, r.timed_out or req.timed_out, r.running == true or nil
-  if signal ~= nil and type(signal) ~= "string" then signal = nil end
-  if timed_out ~= nil and type(timed_out) ~= "string" then timed_out = nil end
-  local result = {
-    ok = exit_code == 0 and not timed_out and not running,
-    exit_code = exit_code, stdout = stdout, stderr = stderr, argv = argv, process_id = req.process_id or nil,
-  }
-  -- the fields that are usually absent: only when present (a smaller table)
-  if signal then result.signal = signal end
-  if timed_out then result.timed_out = timed_out end
-  if running then result.running = running end
-  if stdout_truncated then result.stdout_truncated = stdout_truncated end
-  if stderr_truncated then result.stderr_truncated = stderr_truncated end
-  return result
 end
 
 local function milliseconds(seconds)
@@ -620,44 +564,34 @@ local function arm_client_timeout(self, req, seconds)
 end
 
 -- After a failed process request: a cancelled waiter kills what it started.
-function Session:kill_on_cancel(err, req)
+function Session:kill_on_cancel(err, pid)
   local cancelled = type(err) == "table" and err.code == "cancelled"
-  if cancelled and req.process_id and self.capabilities.process and self._conn:alive() then
+  if cancelled and pid and self.capabilities.process and self._conn:alive() then
     pcall(self._conn.notify, self._conn, "kill",
-      self:params_json({process_id = req.process_id, signal = "KILL"}))
+      self:params_json({process_id = pid, signal = "KILL"}))
   end
+end
+
+local function has_callbacks(spec)
+  return spec.on_stdout or spec.on_stderr or spec.on_event
 end
 
 --[[
-A request whose caller wants no events (no on_stdout, on_stderr,
-on_event) is quiet: the connection keeps its events to itself and its
-output in core.capture values (capture "events"), so only the result
-line reaches Lua. req then also serves as try_request's opts.
+Sends a process request (params: JSON text) and returns its result (see
+exec_result.c). req: the request's state, or nil for a quiet request;
+seconds: a deadline the client enforces (see kill_timed_out), or nil.
 ]]
-local function quiet(spec, capture)
-  if spec.on_stdout or spec.on_stderr or spec.on_event then return nil end
-  if capture ~= "events" then return true end
-  local cap = spec.max_output_bytes or sandbox.max_output_bytes
-  return tointeger(cap) or math.maxinteger
-end
-
--- Sends a process request (params: JSON text); returns its result table.
--- seconds: a deadline the client enforces (see kill_timed_out), or nil.
-local function process_request(self, method, params, req, op, path, seconds)
+local function process_request(self, method, params, req, op, path, seconds, capture, limit, argv)
   local timer = seconds and arm_client_timeout(self, req, seconds)
-  local ok, r, out, err, pid = self._conn:try_request(method, params, on_process_event, req, req)
+  local ok, r, pid = self._conn:try_process(method, params, on_process_event, req, capture, limit, argv,
+    req == nil)
   if timer then timer:stop() end
   if not ok then
-    if out then req.process_id = out end
-    self:kill_on_cancel(r, req)
+    self:kill_on_cancel(r, pid)
     error(errors.with_context(r, op, path), 0)
   end
-  if req.quiet then   -- (new fields only when there is something: each would grow req)
-    if out then req.stdout = out end
-    if err then req.stderr = err end
-    if pid then req.process_id = pid end
-  end
-  if type(r) ~= "table" then check_object(r, method, op, path) end
+  local timed_out = req and req.timed_out
+  if timed_out and not r.timed_out then r.timed_out, r.ok = timed_out, false end
   return r
 end
 
@@ -668,26 +602,27 @@ from the method itself so that a bad spec is reported at the method's
 caller. Extensions go out only where announced (smol.capabilities).
 ]]
 function Session:exec(spec)
-  check_open(self, "exec")
+  if self == nil or self._closed ~= false then check_open(self, "exec") end
   local caps = self.capabilities
   local argv, params = core.process_params(spec, "exec", self._session_json, caps.timeout, self._exec_tail)
   local seconds = (spec.timeout or spec.idle_timeout) and capabilities.client_deadline(self, spec, "exec", argv[1])
-  local capture = spec.capture == false and "none" or caps.output_limit and "events" or "result"
-  -- process_id false, not absent: the `started` event then sets a field the
-  -- table has room for (a new key would make Lua grow the table)
-  local req = {spec = spec, capture = capture, process_id = false,
-    quiet = not seconds and quiet(spec, capture) or nil}
-  local r = process_request(self, "exec", params, req, "exec", argv[1], seconds)
-  return build_result(r, req, argv, "exec", argv[1])
+  local capture = spec.capture == false and "none" or caps.output_limit and "events" or "copy"
+  local req = (seconds or has_callbacks(spec)) and {spec = spec, process_id = false} or nil
+  return process_request(self, "exec", params, req, "exec", argv[1], seconds, capture,
+    tointeger(spec.max_output_bytes or sandbox.max_output_bytes) or math.maxinteger, argv)
 end
 
 function Session:spawn(spec)
   check_open(self, "spawn")
   local argv, params = core.process_params(spec, "spawn", self._session_json, self.capabilities.timeout, "}")
   if spec.timeout or spec.idle_timeout then capabilities.client_deadline(self, spec, "spawn", argv[1]) end
-  local req = {spec = spec, capture = "result", process_id = false}
-  local r = process_request(self, "spawn", params, req, "spawn", argv[1])
-  if type(r.process_id) ~= "string" then
+  local req = {spec = spec, process_id = false}
+  local ok, r = self._conn:try_request("spawn", params, on_process_event, req)
+  if not ok then
+    self:kill_on_cancel(r, req.process_id or nil)
+    error(errors.with_context(r, "spawn", argv[1]), 0)
+  end
+  if type(r) ~= "table" or type(r.process_id) ~= "string" then
     errors.raise{code = "protocol", op = "spawn", path = argv[1], message = "spawn result has no string process_id"}
   end
   return setmetatable({process_id = r.process_id, argv = argv, session = self,
@@ -713,14 +648,14 @@ function Process:wait(opts)
   local sb = self.session
   check_open(sb, "wait")
   sb:require_capability("process", "wait", self.process_id)
-  local req = {spec = {on_stdout = opts.on_stdout or self._callbacks.on_stdout,
+  local spec = {on_stdout = opts.on_stdout or self._callbacks.on_stdout,
     on_stderr = opts.on_stderr or self._callbacks.on_stderr,
-    on_event = opts.on_event or self._callbacks.on_event},
-    capture = opts.capture == false and "none" or "result"}
+    on_event = opts.on_event or self._callbacks.on_event}
+  local req = has_callbacks(spec) and {spec = spec, process_id = false} or nil
   local params = sb:params_json({process_id = self.process_id,
     timeout_ms = opts.timeout and milliseconds(opts.timeout) or nil})
-  local r = process_request(sb, "wait", params, req, "wait", self.process_id)
-  return build_result(r, req, table.move(self.argv, 1, #self.argv, 1, {}), "wait", self.process_id)
+  return process_request(sb, "wait", params, req, "wait", self.process_id, nil,
+    opts.capture == false and "none" or "copy", sandbox.max_output_bytes, table.move(self.argv, 1, #self.argv, 1, {}))
 end
 
 function Process:kill(signal)
