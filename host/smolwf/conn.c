@@ -322,12 +322,20 @@ static void note_event(lua_State *L, int rq, int ev, int stream, int started) {
 }
 
 /*
-** Replaces the result body at body with the process request's result
-** (exec_result.c); returns the kind to queue: "result", or "protocol"
-** with the message in its place.
+** Pushes the process request's result (exec_result.c) from its result
+** object (json, or the table at exact when lua-cjson decoded the line);
+** returns the kind to queue: "result", or "protocol" with the message
+** pushed instead.
 */
-static const char *finish_process(lua_State *L, int rq, int body, int mode) {
+static const char *finish_process(lua_State *L, int rq, const cJSON *json, int exact, int mode) {
   int top = lua_gettop(L);
+  exec_fields f;
+  if (exact) {
+    lua_getfield(L, exact, "result");
+    exec_fields_from_table(L, lua_gettop(L), &f);
+  } else {
+    exec_fields_from_json(L, json, &f);
+  }
   exec_kept k = {mode, 0, 0, 0, 0, 0};
   lua_rawgeti(L, rq, RQ_LIMIT);
   k.limit = (size_t)lua_tointeger(L, -1);
@@ -337,9 +345,8 @@ static const char *finish_process(lua_State *L, int rq, int body, int mode) {
     lua_rawgeti(L, rq, slot);
     *idx[slot - RQ_ARGV] = lua_toboolean(L, -1) ? lua_gettop(L) : 0;
   }
-  int ok = exec_result_push(L, body, &k);
-  lua_replace(L, body);
-  lua_settop(L, top);
+  int ok = exec_result_push(L, &f, &k);
+  host_keep_top(L, top);
   return ok ? "result" : "protocol";
 }
 
@@ -443,7 +450,13 @@ static void route(lua_State *L, conn *c, cJSON *msg, const char *line, size_t le
   int output = is_event && cJSON_IsObject(e.body) && has_payload(type);
   int stream = output && is_output(type) ? (type[3] == 'o' ? RQ_OUT : RQ_ERR) : 0;   /* (type dies with msg) */
   int started = type != NULL && strcmp(type, "started") == 0;
-  if (e.kind != NULL) {
+  const char *kind = e.kind;   /* a static string: outlives msg */
+  if (mode != EXEC_PLAIN && kind != NULL && kind[0] == 'r') {
+    lua_pushnil(L);   /* the kind, once known */
+    kind = finish_process(L, rq, e.body, exact, mode);
+    lua_pushstring(L, kind);
+    lua_replace(L, -3);
+  } else if (e.kind != NULL) {
     lua_pushstring(L, e.kind);
     if (exact) {
       lua_getfield(L, exact, e.kind);
@@ -458,15 +471,8 @@ static void route(lua_State *L, conn *c, cJSON *msg, const char *line, size_t le
       else add_data(L, e.body, lua_gettop(L));
     }
   }
-  const char *kind = e.kind;   /* a static string: outlives msg */
   cJSON_Delete(msg);
-  if (mode != EXEC_PLAIN && kind != NULL) {
-    if (is_event && lua_istable(L, -1)) note_event(L, rq, lua_gettop(L), stream, started);
-    else if (kind[0] == 'r' && (kind = finish_process(L, rq, lua_gettop(L), mode))[0] == 'p') {
-      lua_pushstring(L, kind);
-      lua_replace(L, -3);
-    }
-  }
+  if (mode != EXEC_PLAIN && is_event && lua_istable(L, -1)) note_event(L, rq, lua_gettop(L), stream, started);
   if (!rq) {
     stray(L, c, id, kind, id + 3);
     return;

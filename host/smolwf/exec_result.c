@@ -21,35 +21,57 @@
 
 #include <string.h>
 
+#include <cjson/cJSON.h>
 #include <lauxlib.h>
 
-/* The result object's fields that matter, as stack indexes (0: absent). */
-typedef struct fields {
-  int exit_code, signal, timed_out, running, out_b64, err_b64, out_trunc, err_trunc;
-} fields;
+/* The slot in f of a result field named k (n bytes), or NULL for one that does not matter. */
+static int *slot_of(exec_fields *f, const char *k, size_t n) {
+  switch (n) {
+    case 6: return memcmp(k, "signal", 6) == 0 ? &f->signal : NULL;
+    case 7: return memcmp(k, "running", 7) == 0 ? &f->running : NULL;
+    case 9: return memcmp(k, "exit_code", 9) == 0 ? &f->exit_code : memcmp(k, "timed_out", 9) == 0 ? &f->timed_out : NULL;
+    case 13: return memcmp(k, "stdout_base64", 13) == 0 ? &f->out_b64 : memcmp(k, "stderr_base64", 13) == 0 ? &f->err_b64 : NULL;
+    case 16: return memcmp(k, "stdout_truncated", 16) == 0 ? &f->out_trunc : memcmp(k, "stderr_truncated", 16) == 0 ? &f->err_trunc : NULL;
+    default: return NULL;
+  }
+}
 
-static void collect(lua_State *L, int body, fields *f) {
+void exec_fields_from_table(lua_State *L, int body, exec_fields *f) {
   memset(f, 0, sizeof *f);
+  f->object = lua_istable(L, body);
+  if (!f->object) return;
   lua_pushnil(L);
   while (lua_next(L, body) != 0) {
     size_t n;
-    const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tolstring(L, -2, &n) : NULL;
-    int *slot = NULL;
-    if (k == NULL) slot = NULL;
-    else if (n == 9 && memcmp(k, "exit_code", 9) == 0) slot = &f->exit_code;
-    else if (n == 6 && memcmp(k, "signal", 6) == 0) slot = &f->signal;
-    else if (n == 9 && memcmp(k, "timed_out", 9) == 0) slot = &f->timed_out;
-    else if (n == 7 && memcmp(k, "running", 7) == 0) slot = &f->running;
-    else if (n == 13 && memcmp(k, "stdout_base64", 13) == 0) slot = &f->out_b64;
-    else if (n == 13 && memcmp(k, "stderr_base64", 13) == 0) slot = &f->err_b64;
-    else if (n == 16 && memcmp(k, "stdout_truncated", 16) == 0) slot = &f->out_trunc;
-    else if (n == 16 && memcmp(k, "stderr_truncated", 16) == 0) slot = &f->err_trunc;
+    int *slot = lua_type(L, -2) == LUA_TSTRING ? slot_of(f, lua_tolstring(L, -2, &n), n) : NULL;
     if (slot != NULL) {
       lua_pushvalue(L, -1);
       lua_insert(L, -3);   /* the value stays below the key */
       *slot = lua_gettop(L) - 2;
     }
     lua_pop(L, 1);
+  }
+}
+
+/* Pushes a scalar cJSON value as the Lua value json_lua.c would make; 0 for an array or object. */
+static int push_scalar(lua_State *L, const cJSON *item) {
+  switch (item->type & 0xff) {
+    case cJSON_String: lua_pushstring(L, item->valuestring); return 1;
+    case cJSON_Number: return json_push(L, item, 1, 1);
+    case cJSON_True: lua_pushboolean(L, 1); return 1;
+    case cJSON_False: lua_pushboolean(L, 0); return 1;
+    case cJSON_NULL: lua_pushlightuserdata(L, NULL); return 1;
+    default: lua_pushboolean(L, 0); return 1;   /* none of the fields may be one: as a wrong type */
+  }
+}
+
+void exec_fields_from_json(lua_State *L, const cJSON *body, exec_fields *f) {
+  memset(f, 0, sizeof *f);
+  f->object = cJSON_IsObject(body);
+  if (!f->object) return;
+  for (const cJSON *child = body->child; child != NULL; child = child->next) {
+    int *slot = slot_of(f, child->string, strlen(child->string));
+    if (slot != NULL && push_scalar(L, child)) *slot = lua_gettop(L);
   }
 }
 
@@ -116,14 +138,13 @@ static void set_flag(lua_State *L, int result, const char *name, int on) {
   lua_setfield(L, result, name);
 }
 
-int exec_result_push(lua_State *L, int body, const exec_kept *k) {
-  if (!lua_istable(L, body)) {
+int exec_result_push(lua_State *L, const exec_fields *fp, const exec_kept *k) {
+  if (!fp->object) {
     lua_pushliteral(L, "the result of a process request is not a JSON object");
     return 0;
   }
   int top = lua_gettop(L);
-  fields f;
-  collect(L, body, &f);
+  exec_fields f = *fp;
   int out_trunc = 0, err_trunc = 0;
   if (k->mode == EXEC_EVENTS) {
     out_trunc = push_kept(L, k->out);
@@ -131,8 +152,7 @@ int exec_result_push(lua_State *L, int body, const exec_kept *k) {
   } else if (k->mode == EXEC_COPY) {
     if (!push_copy(L, f.out_b64, f.out_trunc, k->limit, "stdout", &out_trunc) ||
         !push_copy(L, f.err_b64, f.err_trunc, k->limit, "stderr", &err_trunc)) {
-      lua_replace(L, top + 1);
-      lua_settop(L, top + 1);
+      host_keep_top(L, top);
       return 0;
     }
   }
@@ -171,7 +191,6 @@ int exec_result_push(lua_State *L, int body, const exec_kept *k) {
   set_flag(L, result, "running", running);
   set_flag(L, result, "stdout_truncated", out_trunc);
   set_flag(L, result, "stderr_truncated", err_trunc);
-  lua_replace(L, top + 1);
-  lua_settop(L, top + 1);
+  host_keep_top(L, top);
   return 1;
 }

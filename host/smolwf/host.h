@@ -172,6 +172,13 @@ int capture_add(capture *c, const char *bytes, size_t n); /* 0: out of memory */
 int capture_push_taken(lua_State *L, int idx); /* pushes the bytes of the capture at idx, empties it; 1: truncated */
 int b64_push(lua_State *L, const char *src, size_t n); /* b64.c: pushes the bytes; 0 (nothing) if invalid */
 int b64_push_or_why(lua_State *L, const char *src, size_t n); /* the bytes and 1, or why not and 0 */
+/* Keeps only the stack top above base: it moves to base + 1, what was between goes. */
+static inline void host_keep_top(lua_State *L, int base) {
+  if (lua_gettop(L) > base + 1) {
+    lua_replace(L, base + 1);
+    lua_settop(L, base + 1);
+  }
+}
 /* exec_result.c: a process request's result (exec, wait) from its result object */
 enum { EXEC_PLAIN, EXEC_EVENTS, EXEC_COPY, EXEC_NONE };   /* how output is kept */
 typedef struct exec_kept {
@@ -179,7 +186,13 @@ typedef struct exec_kept {
   size_t limit;            /* EXEC_COPY: the bytes of each stream to keep */
   int argv, pid, out, err; /* stack indexes of what was kept (0: none) */
 } exec_kept;
-int exec_result_push(lua_State *L, int body, const exec_kept *k); /* 1, or 0 with a message */
+/* A result object's fields that matter, as stack indexes (0: absent); object: it is one. */
+typedef struct exec_fields {
+  int object, exit_code, signal, timed_out, running, out_b64, err_b64, out_trunc, err_trunc;
+} exec_fields;
+void exec_fields_from_table(lua_State *L, int body, exec_fields *f);          /* pushes the values */
+void exec_fields_from_json(lua_State *L, const struct cJSON *body, exec_fields *f); /* pushes the values */
+int exec_result_push(lua_State *L, const exec_fields *f, const exec_kept *k); /* 1, or 0 with a message */
 void command_open(lua_State *L);        /* command.c: core.process_params */
 void fs_open(lua_State *L);
 void os_open(lua_State *L);            /* os.c: core.chmod, kill, getpid, raise, error_code */
