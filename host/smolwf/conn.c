@@ -19,6 +19,7 @@
 #include "conn.h"
 
 #include "host.h"
+#include "plain_line.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -327,6 +328,8 @@ static void note_event(lua_State *L, int rq, int ev, int stream, int started) {
 ** returns the kind to queue: "result", or "protocol" with the message
 ** pushed instead.
 */
+static const char *finish_process_with(lua_State *L, int rq, const exec_fields *f, int mode);
+
 static const char *finish_process(lua_State *L, int rq, const cJSON *json, int exact, int mode) {
   int top = lua_gettop(L);
   exec_fields f;
@@ -336,6 +339,14 @@ static const char *finish_process(lua_State *L, int rq, const cJSON *json, int e
   } else {
     exec_fields_from_json(L, json, &f);
   }
+  const char *kind = finish_process_with(L, rq, &f, mode);
+  host_keep_top(L, top);
+  return kind;
+}
+
+/* finish_process for fields already on the stack. */
+static const char *finish_process_with(lua_State *L, int rq, const exec_fields *f, int mode) {
+  int top = lua_gettop(L);
   exec_kept k = {mode, 0, 0, 0, 0, 0};
   lua_rawgeti(L, rq, RQ_LIMIT);
   k.limit = (size_t)lua_tointeger(L, -1);
@@ -345,12 +356,22 @@ static const char *finish_process(lua_State *L, int rq, const cJSON *json, int e
     lua_rawgeti(L, rq, slot);
     *idx[slot - RQ_ARGV] = lua_toboolean(L, -1) ? lua_gettop(L) : 0;
   }
-  int ok = exec_result_push(L, &f, &k);
+  int ok = exec_result_push(L, f, &k);
   host_keep_top(L, top);
   return ok ? "result" : "protocol";
 }
 
 /* {=================== routing ===================} */
+
+/* The request with the id at idx has ended: it is no longer pending. */
+static void forget_pending(lua_State *L, conn *c, int id) {
+  lua_rawgeti(L, LUA_REGISTRYINDEX, c->pending_ref);
+  lua_pushvalue(L, id);
+  lua_pushnil(L);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+  c->npending--;
+}
 
 /* Pushes the queue of the request with the id at idx, or nil. */
 static void push_pending(lua_State *L, conn *c, int id_idx) {
@@ -482,14 +503,7 @@ static void route(lua_State *L, conn *c, cJSON *msg, const char *line, size_t le
     fault(L, c);
     return;
   }
-  if (!is_event) {
-    lua_rawgeti(L, LUA_REGISTRYINDEX, c->pending_ref);
-    lua_pushvalue(L, id);
-    lua_pushnil(L);
-    lua_rawset(L, -3);
-    lua_pop(L, 1);
-    c->npending--;
-  }
+  if (!is_event) forget_pending(L, c, id);
   rq_push(L, c, rq);
 }
 
@@ -550,59 +564,47 @@ static int push_exact(lua_State *L, conn *c, const char *line, size_t len) {
 }
 
 /*
-** The two event lines every exec gets, in the exact bytes the bundled
-** provider writes them:
-**   {"id":N,"event":{"type":"started","process_id":"WORD"}}
-**   {"id":N,"event":{"type":"exited","exit_code":N}}
-** For a quiet request they only need to be noticed (process_id kept), so
-** a line that is byte for byte one of these is taken without parsing;
-** any other spelling of the same message (spaces, other member order,
-** more members) is parsed by cJSON as usual. Parsing them was most of
-** the host's cost of an exec. Returns 1 when the line was taken.
+** A line in the usual bytes of an exec's started, exited or result line
+** (plain_line.c), taken without parsing when it is for a process request
+** that would only have looked at it: a quiet one's events, any one's
+** result. Returns 1 when the line was taken; 0 leaves it to cJSON.
 */
-static const char *skip_digits(const char *p, const char *end) {
-  const char *start = p;
-  while (p < end && *p >= '0' && *p <= '9') p++;
-  return p > start && p - start < 16 ? p : NULL;
-}
-
-static const char *skip_literal(const char *p, const char *end, const char *lit, size_t n) {
-  return p != NULL && (size_t)(end - p) >= n && memcmp(p, lit, n) == 0 ? p + n : NULL;
-}
-
-#define LIT(s) s, sizeof(s) - 1
-
-static int take_plain_event(lua_State *L, conn *c, const char *line, size_t len) {
-  const char *end = line + len, *p = skip_literal(line, end, LIT("{\"id\":"));
-  const char *digits = p;
-  if (p == NULL || (p = skip_digits(p, end)) == NULL || digits[0] == '0') return 0;
-  lua_Integer id = 0;
-  for (const char *d = digits; d < p; d++) id = id * 10 + (*d - '0');
-  p = skip_literal(p, end, LIT(",\"event\":{\"type\":\""));
-  const char *pid = NULL, *pid_end = NULL;
-  const char *q = skip_literal(p, end, LIT("started\",\"process_id\":\""));
-  if (q != NULL) {
-    pid = q;
-    while (q < end && ((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') ||
-                       *q == '_' || *q == '-')) q++;
-    pid_end = q;
-    if (pid_end == pid || skip_literal(q, end, LIT("\"}}")) != end) return 0;
-  } else {
-    q = skip_literal(p, end, LIT("exited\",\"exit_code\":"));
-    if (q == NULL || (q = skip_digits(q, end)) == NULL || skip_literal(q, end, LIT("}}")) != end) return 0;
-  }
+static int take_plain(lua_State *L, conn *c, const char *line, size_t len) {
+  plain_line m;
+  if (!plain_line_match(line, len, &m)) return 0;
   lua_rawgeti(L, LUA_REGISTRYINDEX, c->pending_ref);
-  if (lua_rawgeti(L, -1, id) != LUA_TTABLE) return 0;   /* not ours to take: cJSON decides */
+  if (lua_rawgeti(L, -1, (lua_Integer)m.id) != LUA_TTABLE) return 0;   /* not ours to take: cJSON decides */
   int rq = lua_gettop(L);
+  int mode = rq_mode(L, rq);
+  if (mode == EXEC_PLAIN) return 0;
+  if (m.kind == PLAIN_RESULT) {
+    lua_pushinteger(L, (lua_Integer)m.id);
+    int id = lua_gettop(L);
+    lua_pushnil(L);   /* the kind, once known */
+    int base = lua_gettop(L);
+    exec_fields f = {0};
+    f.object = 1;
+    lua_pushinteger(L, (lua_Integer)m.exit_code);
+    f.exit_code = lua_gettop(L);
+    lua_pushliteral(L, "");
+    f.out_b64 = f.err_b64 = lua_gettop(L);
+    const char *kind = finish_process_with(L, rq, &f, mode);
+    host_keep_top(L, base);
+    lua_pushstring(L, kind);
+    lua_replace(L, base);
+    forget_pending(L, c, id);
+    rq_push(L, c, rq);
+    return 1;
+  }
   lua_rawgeti(L, rq, RQ_QUIET);
-  int quiet = lua_toboolean(L, -1) && rq_mode(L, rq) != EXEC_PLAIN;
-  if (quiet && pid != NULL) keep_pid(L, rq, pid, (size_t)(pid_end - pid));
-  return quiet;
+  if (!lua_toboolean(L, -1)) return 0;
+  if (m.kind == PLAIN_STARTED) keep_pid(L, rq, m.process_id, m.process_id_len);
+  return 1;
 }
 
 static void decode(lua_State *L, conn *c, const char *line, size_t len) {
   if (len >= SPLIT_MIN && decode_split(L, c, line, len)) return;
-  if (len < 128 && take_plain_event(L, c, line, len)) return;
+  if (len < 128 && take_plain(L, c, line, len)) return;
   int exact = 0;
   if (memchr(line, '\\', len) != NULL && memmem(line, len, "\\u0000", 6) != NULL) {
     if (push_exact(L, c, line, len)) exact = lua_gettop(L);
