@@ -32,16 +32,20 @@
 
 #include "base64.h"
 
-typedef struct option { const char *name; int type; } option;
+/* The stack slots of process_params: its arguments, then what it reads from the spec. */
+enum { SPEC = 1, OP, SESSION, TIMEOUTS, TAIL, ARGV, CWD, ENV, STDIN, TIMEOUT, IDLE_TIMEOUT };
+
+/* slot: where the option's value goes for the params (0: it is not sent) */
+typedef struct option { const char *name; int type, slot; } option;
 
 /* LUA_TNUMBER + 100: a non-negative integer */
 #define NON_NEGATIVE_INTEGER (LUA_TNUMBER + 100)
 
 static const option OPTIONS[] = {
-  {"cwd", LUA_TSTRING}, {"stdin", LUA_TSTRING}, {"timeout", LUA_TNUMBER},
-  {"idle_timeout", LUA_TNUMBER}, {"max_output_bytes", NON_NEGATIVE_INTEGER},
-  {"capture", LUA_TBOOLEAN}, {"env", LUA_TTABLE}, {"on_stdout", LUA_TFUNCTION},
-  {"on_stderr", LUA_TFUNCTION}, {"on_event", LUA_TFUNCTION},
+  {"cwd", LUA_TSTRING, CWD}, {"stdin", LUA_TSTRING, STDIN}, {"timeout", LUA_TNUMBER, TIMEOUT},
+  {"idle_timeout", LUA_TNUMBER, IDLE_TIMEOUT}, {"max_output_bytes", NON_NEGATIVE_INTEGER, 0},
+  {"capture", LUA_TBOOLEAN, 0}, {"env", LUA_TTABLE, ENV}, {"on_stdout", LUA_TFUNCTION, 0},
+  {"on_stderr", LUA_TFUNCTION, 0}, {"on_event", LUA_TFUNCTION, 0},
 };
 
 /* Raises "sandbox: OP: message" at sb:exec's caller (level 2 from here). */
@@ -95,15 +99,20 @@ static void check_option(lua_State *L, const char *op) {
   }
   if (o->type == LUA_TTABLE) check_env(L, op, lua_gettop(L));
   if (o->type == LUA_TSTRING && strcmp(name, "stdin") != 0) check_no_nul(L, op, -1, name);
+  if (o->slot) lua_copy(L, -1, o->slot);
 }
 
-/* Pushes the argv list of spec (at 1) and checks every other key is a good option. */
+/*
+** Pushes the argv list of spec (at 1) at ARGV and checks every other key
+** is a good option; the options sent go to their slots (nil when absent).
+*/
 static lua_Integer push_argv(lua_State *L, const char *op) {
   if (lua_type(L, 1) != LUA_TTABLE) spec_error(L, op, "expected a table {argv..., options}");
   lua_Integer n = (lua_Integer)lua_rawlen(L, 1);
   if (n == 0) spec_error(L, op, "argv is empty");
   lua_createtable(L, (int)n, 0);
   int argv = lua_gettop(L);
+  lua_settop(L, IDLE_TIMEOUT);
   for (lua_Integer i = 1; i <= n; i++) {
     if (lua_rawgeti(L, 1, i) != LUA_TSTRING) spec_error(L, op, "argv[%d] must be a string", (int)i);
     check_no_nul(L, op, -1, "an argv string");
@@ -117,8 +126,6 @@ static lua_Integer push_argv(lua_State *L, const char *op) {
   }
   return n;
 }
-
-enum { SPEC = 1, OP, SESSION, TIMEOUTS, TAIL, ARGV, CWD, ENV, STDIN, TIMEOUT, IDLE_TIMEOUT };
 
 /*
 ** The params are written into one host_get()->params buffer, kept between calls, and
@@ -230,11 +237,6 @@ static int core_process_params(lua_State *L) {
   const char *tail = luaL_checklstring(L, TAIL, &tail_len);
   lua_settop(L, TAIL);
   lua_Integer n = push_argv(L, op);
-  lua_getfield(L, SPEC, "cwd");
-  lua_getfield(L, SPEC, "env");
-  lua_getfield(L, SPEC, "stdin");
-  lua_getfield(L, SPEC, "timeout");
-  lua_getfield(L, SPEC, "idle_timeout");
   json_arena_reset();
   host_get()->params.len = 0;
   ADD_LITERAL(L, "{\"session\":");
