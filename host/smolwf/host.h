@@ -82,6 +82,7 @@ int reader_init_fd(reader *r, uv_loop_t *loop, int fd, int lines, size_t max_lin
 int reader_start(reader *r);
 void reader_detach(reader *r);        /* drops the callback or sink; keeps draining */
 void reader_close(reader *r);         /* idempotent; on_closed follows */
+void reader_end(reader *r);           /* ends reading now, as at EOF (a partial line is dropped) */
 int reader_finished(const reader *r);  /* EOF/error delivered, or closed */
 
 /* stdio.c's stdout: a uv stream on a dup of fd 1, or synchronous writes */
@@ -145,6 +146,7 @@ typedef struct spawn_opts {
   char **args, **env;   /* NULL-terminated; memory owned by Lua values on the stack */
   int stdin_pipe, out_mode, err_mode, process_group;
   size_t max_line;
+  double drain;         /* seconds the output may stay open after the exit (< 0: no limit) */
 } spawn_opts;
 void spawn_opts_check(lua_State *L, int idx, spawn_opts *o); /* pushes anchors */
 

@@ -38,6 +38,8 @@ struct proc {
   int term_signal, process_group, pid;
   size_t pending_write;
   int self_ref, exit_ref;   /* anchor of the box; the on_exit callback */
+  double drain;             /* see spawn_opts; the timer runs once it exited */
+  uv_timer_t drain_timer;
   proc_box *box;            /* NULL once Lua let go */
   proc *prev, *next;        /* host_get()->procs */
 };
@@ -118,12 +120,15 @@ static void push_exit(lua_State *L, const proc *p) {
   else lua_pushfstring(L, "%d", p->term_signal);
 }
 
-/* on_exit comes once the child exited AND its output reached EOF. */
+static void stop_drain(proc *p);
+
+/* on_exit comes once the child exited AND its output reached EOF (or the drain deadline passed). */
 static void deliver_exit(proc *p) {
   if (p->finished || !p->exited) return;
   if (p->has_out && !reader_finished(&p->out)) return;
   if (p->has_err && !reader_finished(&p->err)) return;
   p->finished = 1;
+  stop_drain(p);
   if (p->exit_ref != LUA_NOREF) {
     lua_State *L = host_get()->L;
     lua_rawgeti(L, LUA_REGISTRYINDEX, p->exit_ref);
@@ -134,14 +139,45 @@ static void deliver_exit(proc *p) {
   host_unref(&p->self_ref);  /* no more callbacks: only Lua keeps the box alive */
 }
 
+/*
+** The drain deadline passed: whatever still holds the child's output open
+** (a descendant in a session of its own) no longer delays its exit. The
+** output ends there, as at EOF, and on_exit follows.
+*/
+static void on_drain_deadline(uv_timer_t *t) {
+  proc *p = t->data;
+  uv_close((uv_handle_t *)t, on_handle_closed);
+  if (p->has_out) reader_end(&p->out);
+  if (p->has_err) reader_end(&p->err);
+  deliver_exit(p);
+}
+
+static int draining(const proc *p) {
+  return (p->has_out && !reader_finished(&p->out)) || (p->has_err && !reader_finished(&p->err));
+}
+
+static void arm_drain(proc *p) {
+  if (p->drain < 0 || !draining(p) || uv_timer_init(p->handle.loop, &p->drain_timer) != 0) return;
+  p->drain_timer.data = p;
+  p->open_handles++;
+  uv_timer_start(&p->drain_timer, on_drain_deadline, (uint64_t)(p->drain * 1000 + 0.5), 0);
+}
+
 static void on_process_exit(uv_process_t *handle, int64_t status, int signo) {
   proc *p = handle->data;
   p->exited = 1;
   p->exit_status = status;
   p->term_signal = signo;
+  arm_drain(p);
   uv_close((uv_handle_t *)handle, on_handle_closed);
   abort_stdin(p);
   deliver_exit(p);
+}
+
+/* Once on_exit came, the drain timer (if any) has nothing left to do. */
+static void stop_drain(proc *p) {
+  if (p->drain_timer.data == NULL || uv_is_closing((uv_handle_t *)&p->drain_timer)) return;
+  uv_close((uv_handle_t *)&p->drain_timer, on_handle_closed);
 }
 
 static void on_stream_done(reader *r, void *owner) {
@@ -248,6 +284,7 @@ static int spawn_child(uv_loop_t *loop, proc *p, const spawn_opts *o,
 
 static int start_process(uv_loop_t *loop, proc *p, const spawn_opts *o) {
   p->process_group = o->process_group;
+  p->drain = o->drain;
   int rc = init_pipes(loop, p, o);
   if (rc != 0) return rc;
   int child_fds[3] = {-1, -1, -1};

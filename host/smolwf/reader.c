@@ -159,6 +159,13 @@ int reader_start(reader *r) {
   return rc;
 }
 
+void reader_end(reader *r) {
+  if (r->state != READER_READING) return;
+  linebuf_free(&r->lb);   /* what came without its newline goes */
+  linebuf_init(&r->lb, r->max_line);
+  finish(r, NULL);
+}
+
 void reader_detach(reader *r) {
   host_unref(&r->cb_ref);
   r->sink = (line_sink){NULL, NULL};

@@ -153,6 +153,13 @@ void spawn_opts_check(lua_State *L, int idx, spawn_opts *o) {
   o->err_mode = opt_stream(L, idx, "stderr");
   o->process_group = opt_bool(L, idx, "process_group");
   o->max_line = opt_max_line(L, idx);
+  o->drain = -1;
+  if (field_type(L, idx, "drain_after_exit") != LUA_TNIL) {
+    lua_getfield(L, idx, "drain_after_exit");
+    o->drain = luaL_checknumber(L, -1);
+    lua_pop(L, 1);
+    if (!(o->drain >= 0)) luaL_error(L, "spawn: option 'drain_after_exit' must be a non-negative number");
+  }
   o->args = opt_args(L, idx, o->file);
   o->env = opt_env(L, idx);
   check_callbacks(L, idx, o);

@@ -12,11 +12,15 @@ nothing is silently dropped:
   idle_timeout     sent with "timeout"; else unsupported
   max_output_bytes sent (as 0: the client keeps the output from the
                    events) with "output_limit"; else the client cuts the
-                   result's copy (smol.sandbox's exec, build_result)
+                   result's copy (host/smolwf/exec_result.c)
   offset, length, append, mode, stat, list_dir   "fs_extra"
   wait, kill, write_stdin                         "process"
   write_archive, read_archive, archive_writer, sandbox.copy   "archive"
                    (smol.archive; save_artifact reads file by file without it)
+
+Whoever keeps a timeout, the client never waits past it for the answer:
+an exec with a timeout fails with a "timeout" error once timeout +
+sandbox.deadline_grace has passed without its result (smol.sandbox).
 ]]
 
 local errors = require "smol.errors"

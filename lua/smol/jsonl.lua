@@ -50,6 +50,8 @@ jsonl.DEFAULT_MAX_DEPTH = 128
 -- How long a provider that closed its stdout or broke the protocol may
 -- take to exit before it is killed.
 local EXIT_GRACE = 2
+-- How long a provider's output may stay open after it exited (see connect).
+jsonl.EXIT_DRAIN = 1
 
 -- See jsonl.observe. Replaced, never changed in place, so an observer
 -- that removes itself (or adds another) does not disturb the loop
@@ -278,6 +280,9 @@ local function connect(conn, argv, opts)
   return core.connect{
     file = argv[1], args = args, env = opts.env, cwd = opts.cwd,
     max_line = conn.max_line, max_depth = conn.max_depth, stderr = "lines",
+    -- a provider's exit fails its requests in bounded time, whatever
+    -- (a descendant in a session of its own) still holds its pipes
+    drain_after_exit = jsonl.EXIT_DRAIN,
     on_stderr = function(line) if line then on_stderr(line) end end,
     on_exit = function(code, signal) conn:on_exit(code, signal) end,
     on_fault = function(why) conn:break_connection(why) end,
@@ -422,13 +427,17 @@ end
 --[[
 A process request (exec, wait): as try_request, but its result is the
 one smol.sandbox returns, made by the connection (see smol.conn's send:
-capture "events", "copy" or "none", limit, argv, quiet). On failure the
-third value is the process_id of its `started` event, if any.
+capture "events", "copy" or "none", limit, argv, quiet). deadline:
+seconds to wait for the result at most (then a "timeout" error), or nil.
+On failure the third value is the process_id of its `started` event, if
+any.
 ]]
-function Conn:try_process(method, params, on_event, ctx, capture, limit, argv, quiet)
+function Conn:try_process(method, params, on_event, ctx, capture, limit, argv, quiet, deadline)
   local rq, err = self:send_request(method, params, capture, limit, argv, quiet)
   if not rq then return false, err end
+  local timer = deadline and arm_timeout(self, method, rq, deadline)
   local ok, result = pcall(await, self, method, rq, on_event, ctx)
+  if timer then timer:stop() end
   if ok then return true, result end
   return false, result, self.c:abandon(rq)
 end

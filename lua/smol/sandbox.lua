@@ -54,6 +54,12 @@ local sandbox = {
   open_timeout = 120,
   -- Per-stream cap of exec's captured stdout/stderr when none is given.
   max_output_bytes = 64 * 1024 * 1024,
+  -- Seconds past an exec's own timeout that the client waits for its
+  -- result before it fails the exec ("timeout") and kills the command:
+  -- the provider is not trusted to keep the deadline.
+  deadline_grace = 5,
+  -- Seconds `close` waits for its answer when the caller gives no timeout.
+  close_timeout = 60,
 }
 
 local null = cjson.null
@@ -563,10 +569,11 @@ local function arm_client_timeout(self, req, seconds)
   end)
 end
 
--- After a failed process request: a cancelled waiter kills what it started.
+-- After a failed process request: a cancelled waiter, or one whose
+-- deadline passed without an answer, kills what it started.
 function Session:kill_on_cancel(err, pid)
-  local cancelled = type(err) == "table" and err.code == "cancelled"
-  if cancelled and pid and self.capabilities.process and self._conn:alive() then
+  local code = type(err) == "table" and err.code
+  if (code == "cancelled" or code == "timeout") and pid and self.capabilities.process and self._conn:alive() then
     pcall(self._conn.notify, self._conn, "kill",
       self:params_json({process_id = pid, signal = "KILL"}))
   end
@@ -581,10 +588,10 @@ Sends a process request (params: JSON text) and returns its result (see
 exec_result.c). req: the request's state, or nil for a quiet request;
 seconds: a deadline the client enforces (see kill_timed_out), or nil.
 ]]
-local function process_request(self, method, params, req, op, path, seconds, capture, limit, argv)
+local function process_request(self, method, params, req, op, path, seconds, capture, limit, argv, deadline)
   local timer = seconds and arm_client_timeout(self, req, seconds)
   local ok, r, pid = self._conn:try_process(method, params, on_process_event, req, capture, limit, argv,
-    req == nil)
+    req == nil, deadline)
   if timer then timer:stop() end
   if not ok then
     self:kill_on_cancel(r, pid)
@@ -608,8 +615,10 @@ function Session:exec(spec)
   local seconds = (spec.timeout or spec.idle_timeout) and capabilities.client_deadline(self, spec, "exec", argv[1])
   local capture = spec.capture == false and "none" or caps.output_limit and "events" or "copy"
   local req = (seconds or has_callbacks(spec)) and {spec = spec, process_id = false} or nil
+  local timeout = spec.timeout
   return process_request(self, "exec", params, req, "exec", argv[1], seconds, capture,
-    tointeger(spec.max_output_bytes or sandbox.max_output_bytes) or math.maxinteger, argv)
+    tointeger(spec.max_output_bytes or sandbox.max_output_bytes) or math.maxinteger, argv,
+    timeout and timeout + sandbox.deadline_grace)
 end
 
 function Session:spawn(spec)
@@ -655,7 +664,8 @@ function Process:wait(opts)
   local params = sb:params_json({process_id = self.process_id,
     timeout_ms = opts.timeout and milliseconds(opts.timeout) or nil})
   return process_request(sb, "wait", params, req, "wait", self.process_id, nil,
-    opts.capture == false and "none" or "copy", sandbox.max_output_bytes, table.move(self.argv, 1, #self.argv, 1, {}))
+    opts.capture == false and "none" or "copy", sandbox.max_output_bytes, table.move(self.argv, 1, #self.argv, 1, {}),
+    opts.timeout and opts.timeout + sandbox.deadline_grace)
 end
 
 function Process:kill(signal)
@@ -688,7 +698,8 @@ end
 --[[ Closing ]]
 
 -- Closes the session (idempotent). A session whose provider is gone is
--- simply marked closed. opts.timeout bounds the wait for the reply.
+-- simply marked closed. opts.timeout (default sandbox.close_timeout) bounds
+-- the wait for the reply.
 function Session:close(opts)
   if getmetatable(self) ~= Session then error("sandbox: close: expected a session", 2) end
   if self._closed then return end
@@ -696,7 +707,8 @@ function Session:close(opts)
   open_sessions[self] = nil
   local conn = self._conn
   if not conn:alive() then return end
-  local ok, err = pcall(conn.request, conn, "close", self._session_json, nil, {timeout = opts and opts.timeout})
+  local ok, err = pcall(conn.request, conn, "close", self._session_json, nil,
+    {timeout = opts and opts.timeout or sandbox.close_timeout})
   if not ok then error(errors.with_context(err, "close"), 0) end
 end
 
