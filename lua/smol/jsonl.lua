@@ -31,6 +31,10 @@ Faults:
     break_connection).
   - the provider exits: every pending request fails with "provider_exited"
     naming the program and how it ended.
+  Either error carries the provider's last stderr lines (its own
+  explanation, e.g. a bad profiles file) in its `stderr` field and at the
+  end of its message. A provider's stderr is not printed as it comes:
+  opts.on_stderr(line) (jsonl.start) gets each line when given.
   - a request whose waiter gives up (cancelled, on_event raised, timeout)
     is "abandoned": its later lines are dropped until its terminal line.
 ]]
@@ -199,7 +203,7 @@ crashes halfway through writing a line does (its cut line is garbage
 only because it crashed).
 ]]
 function Conn:break_connection(message)
-  self:give_up(errors.new{code = "protocol", program = self.program,
+  self:give_up(self:ending_error{code = "protocol", program = self.program,
     message = ("provider `%s` %s"):format(self.label, message)}, message)
 end
 
@@ -222,6 +226,29 @@ function Conn:give_up(failure, because)
   self:arm_kill_timer()
 end
 
+-- The provider's last stderr lines: at most STDERR_LINES, each cut at STDERR_LINE_BYTES.
+-- The message quotes the last MESSAGE_LINES of them.
+local STDERR_LINES, STDERR_LINE_BYTES, MESSAGE_LINES = 10, 400, 3
+
+function Conn:keep_stderr(line)
+  local tail = self.stderr_tail
+  if #line > STDERR_LINE_BYTES then line = line:sub(1, STDERR_LINE_BYTES) .. "..." end
+  if #tail == STDERR_LINES then table.remove(tail, 1) end
+  tail[#tail + 1] = line
+end
+
+-- An error that ends the connection, with the provider's last stderr lines.
+function Conn:ending_error(fields)
+  local tail = self.stderr_tail
+  if tail[1] ~= nil then
+    fields.stderr = table.concat(tail, "\n")
+    -- the message stays one line (a live view shows one): its last lines, joined
+    local last = table.move(tail, math.max(1, #tail - MESSAGE_LINES + 1), #tail, 1, {})
+    fields.message = fields.message .. "; its stderr ends: " .. table.concat(last, " / ")
+  end
+  return errors.new(fields)
+end
+
 local function describe_exit(code, signal)
   if signal then
     return ("was killed by signal %s (status %d)"):format(signal, code)
@@ -242,7 +269,7 @@ function Conn:exit_failure(code, signal)
   if self.state == "broken" and ended_by_us then return self.failure end
   local message = ("provider `%s` %s"):format(self.label, describe_exit(code, signal))
   if self.broken_because then message = message .. " (after it " .. self.broken_because .. ")" end
-  return errors.new{code = "provider_exited", program = self.program,
+  return self:ending_error{code = "provider_exited", program = self.program,
     exit_code = code, signal = signal, message = message}
 end
 
@@ -263,14 +290,8 @@ end
 
 --[[ Starting ]]
 
-local function default_stderr(prefix)
-  return function(line)
-    if line then io.stderr:write(prefix, line, "\n") end
-  end
-end
-
 local function connect(conn, argv, opts)
-  local on_stderr = opts.on_stderr or default_stderr("[" .. conn.name .. "] ")
+  local on_stderr = opts.on_stderr
   local args = table.move(argv, 1, #argv, 1, {})
   args[#args + 1] = "serve"
   -- The provider leads its own process group (core.connect sees to it): a
@@ -283,7 +304,11 @@ local function connect(conn, argv, opts)
     -- a provider's exit fails its requests in bounded time, whatever
     -- (a descendant in a session of its own) still holds its pipes
     drain_after_exit = jsonl.EXIT_DRAIN,
-    on_stderr = function(line) if line then on_stderr(line) end end,
+    on_stderr = function(line)
+      if not line then return end
+      conn:keep_stderr(line)
+      if on_stderr then on_stderr(line) end
+    end,
     on_exit = function(code, signal) conn:on_exit(code, signal) end,
     on_fault = function(why) conn:break_connection(why) end,
     -- EOF: a provider that closed its stdout cannot answer; it should exit now.
@@ -294,8 +319,9 @@ end
 
 --[[
 Starts `program serve` (see the top for what program may be). opts:
-max_line_bytes, max_depth, env, cwd, on_stderr(line) (default: our
-stderr, each line prefixed with "[NAME] "). A program that cannot be
+max_line_bytes, max_depth, env, cwd, on_stderr(line) (each line of the
+provider's stderr as it comes; it is kept for errors either way, see the
+top). A program that cannot be
 started raises an error with code "not_found" or "permission_denied"
 (else "io_error") and op "start".
 ]]
@@ -311,7 +337,7 @@ function jsonl.start(program, opts)
     program = program, name = basename(argv[1]), label = jsonl.label(program), number = connections,
     max_line = opts.max_line_bytes or jsonl.DEFAULT_MAX_LINE,
     max_depth = opts.max_depth or jsonl.DEFAULT_MAX_DEPTH,
-    state = "running", exited = task.event(),
+    state = "running", exited = task.event(), stderr_tail = {},
   }, Conn)
   conn.info = {program = jsonl.program_name(program), conn = conn.number}
   local c, msg, errname = connect(conn, argv, opts)
