@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Lines past this size are rare: their buffer grows by halves and is not kept. */
+#define LINEBUF_BIG ((size_t)16 << 20)
+
 void linebuf_init(linebuf *lb, size_t max_line) {
   lb->buf = NULL;
   lb->len = lb->cap = 0;
@@ -27,7 +30,8 @@ static int lb_reserve(linebuf *lb, size_t extra) {
   size_t need = lb->len + extra + 1;
   if (need <= lb->cap) return 0;
   size_t cap = lb->cap ? lb->cap : 256;
-  while (cap < need) cap = cap > SIZE_MAX / 2 ? need : cap * 2;
+  /* doubling, then by halves past BIG: a huge line costs at most 1.5x itself */
+  while (cap < need) cap = cap > SIZE_MAX / 2 ? need : cap < LINEBUF_BIG ? cap * 2 : cap + cap / 2;
   char *p = realloc(lb->buf, cap);
   if (p == NULL) return -1;
   lb->buf = p;
@@ -55,7 +59,9 @@ static int lb_emit(linebuf *lb, const char *data, const char *nl,
   if (lb_append(lb, data, n) != 0) return -1;
   size_t len = lb->len;  /* with the part carried over from earlier feeds */
   lb->len = 0;  /* the line is handed over: the next feed starts a new one */
-  return on_line(ctx, lb->buf, len) ? 1 : 0;
+  int stop = on_line(ctx, lb->buf, len);
+  if (lb->cap > LINEBUF_BIG) linebuf_free(lb);   /* a huge line's buffer is not kept for the next */
+  return stop ? 1 : 0;
 }
 
 int linebuf_feed(linebuf *lb, const char *data, size_t n,

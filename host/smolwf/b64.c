@@ -102,6 +102,25 @@ int b64_push(lua_State *L, const char *src, size_t n) {
   return 1;
 }
 
+/*
+** Decodes the n base64 characters at s over themselves (the decoder's
+** writes never overtake its reads: each quantum's bytes go where earlier
+** characters were); *out: the decoded length. The text is checked first,
+** a slice at a time through the scratch buffer, so that nothing is
+** overwritten when it is not valid (-1). For a payload too big to copy.
+*/
+int b64_decode_in_place(char *s, size_t n, size_t *out) {
+  enum { SLICE = 48 * 1024 };   /* a multiple of 4 */
+  unsigned char *scratch = scratch_for(SLICE);
+  if (scratch == NULL || n % 4 != 0) return -1;
+  for (size_t at = 0; at < n; at += SLICE) {
+    size_t m = n - at < SLICE ? n - at : SLICE, got;
+    if (b64_decode(s + at, m, scratch, &got) != 0) return -1;
+    if (at + m < n && got != m / 4 * 3) return -1;   /* padding before the end */
+  }
+  return b64_decode(s, n, (unsigned char *)s, out);
+}
+
 int b64_push_or_why(lua_State *L, const char *src, size_t n) {
   if (b64_push(L, src, n)) return 1;
   unsigned char *dst = scratch_for(b64_decoded_maxlen(n) + 1);

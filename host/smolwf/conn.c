@@ -171,6 +171,14 @@ static int push_fault(lua_State *L, const char *fmt, const char *a, const char *
 
 /* {=================== decoding ===================} */
 
+/* An output event's payload decoded from a long line: its bytes, and the
+** stack index of the Lua string holding them (0: none made yet). */
+typedef struct payload {
+  const char *bytes;
+  size_t n;
+  int idx;
+} payload;
+
 /*
 ** What a line's envelope says: its id (a cJSON node), its kind and body
 ** (kind NULL when it has none of result, error, event).
@@ -274,7 +282,7 @@ static void keep_pid(lua_State *L, int rq, const char *pid, size_t n) {
 ** it to the queue, where the client judges it. bytes: the stack index of
 ** the payload already decoded from a long line, or 0.
 */
-static int absorb(lua_State *L, int rq, const cJSON *ev, int bytes) {
+static int absorb(lua_State *L, int rq, const cJSON *ev, const payload *pl) {
   const char *type = event_type(ev);
   if (type == NULL) return 0;
   if (strcmp(type, "exited") == 0 || strcmp(type, "dropped") == 0) return 1;
@@ -287,10 +295,7 @@ static int absorb(lua_State *L, int rq, const cJSON *ev, int bytes) {
   if (!is_output(type)) return 0;
   int slot = type[3] == 'o' ? RQ_OUT : RQ_ERR;
   size_t n;
-  if (bytes) {
-    const char *data = lua_tolstring(L, bytes, &n);
-    return keep_output(L, rq, slot, data, n);
-  }
+  if (pl) return keep_output(L, rq, slot, pl->bytes, pl->n);
   const char *text = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ev, "data_base64"));
   if (text == NULL || !b64_push(L, text, strlen(text))) return 0;
   const char *data = lua_tolstring(L, -1, &n);
@@ -420,8 +425,9 @@ static void set_data(lua_State *L, int ev) {
 }
 
 /* A long line's event: data from the cut payload, data_base64 made on demand. */
-static void set_split_data(lua_State *L, int ev, int bytes) {
-  lua_pushvalue(L, bytes);
+static void set_split_data(lua_State *L, int ev, const payload *pl) {
+  if (pl->idx) lua_pushvalue(L, pl->idx);
+  else lua_pushlstring(L, pl->bytes, pl->n);
   set_data(L, ev);
   lua_pushnil(L);
   lua_setfield(L, ev, "data_base64");
@@ -440,7 +446,7 @@ static void add_data(lua_State *L, const cJSON *ev, int ev_idx) {
 ** whole line (for a line with \u0000), or 0. Frees msg before any call
 ** into Lua (the arena is shared).
 */
-static void route(lua_State *L, conn *c, cJSON *msg, const char *line, size_t len, int bytes, int exact) {
+static void route(lua_State *L, conn *c, cJSON *msg, const char *line, size_t len, const payload *pl, int exact) {
   envelope e;
   if (!check_envelope(L, msg, line, len, &e)) {
     cJSON_Delete(msg);
@@ -462,7 +468,7 @@ static void route(lua_State *L, conn *c, cJSON *msg, const char *line, size_t le
     lua_rawgeti(L, rq, RQ_QUIET);
     int quiet = lua_toboolean(L, -1);
     lua_pop(L, 1);
-    if (quiet && cJSON_IsObject(e.body) && absorb(L, rq, e.body, bytes)) {
+    if (quiet && cJSON_IsObject(e.body) && absorb(L, rq, e.body, pl)) {
       cJSON_Delete(msg);
       return;
     }
@@ -488,7 +494,7 @@ static void route(lua_State *L, conn *c, cJSON *msg, const char *line, size_t le
       return;
     }
     if (output && lua_istable(L, -1)) {
-      if (bytes) set_split_data(L, lua_gettop(L), bytes);
+      if (pl) set_split_data(L, lua_gettop(L), pl);
       else add_data(L, e.body, lua_gettop(L));
     }
   }
@@ -507,38 +513,52 @@ static void route(lua_State *L, conn *c, cJSON *msg, const char *line, size_t le
   rq_push(L, c, rq);
 }
 
-/* A long line: its data_base64 payload cut out and decoded on its own (see above). */
-static int decode_split(lua_State *L, conn *c, const char *line, size_t len) {
+/*
+** A long line: its data_base64 payload cut out and decoded on its own
+** (see above). A payload of IN_PLACE_MIN or more is decoded over its own
+** text in the line (the reader's buffer, ours to change once observed):
+** the host then holds the line and, only where a Lua value is needed, one
+** copy of the bytes (bench/line_bench.lua), not a decoded buffer besides.
+*/
+#define IN_PLACE_MIN ((size_t)1 << 20)
+
+static int decode_split(lua_State *L, conn *c, char *line, size_t len) {
   static const char key[] = "\"data_base64\":\"";
-  const char *at = memmem(line, len, key, sizeof key - 1);
+  char *at = memmem(line, len, key, sizeof key - 1);
   if (at == NULL) return 0;
-  const char *first = at + sizeof key - 1, *end = line + len;
-  const char *close = memchr(first, '"', (size_t)(end - first));
-  if (close == NULL || !b64_push(L, first, (size_t)(close - first))) return 0;
-  int bytes = lua_gettop(L);
+  char *first = at + sizeof key - 1, *end = line + len;
+  char *close = memchr(first, '"', (size_t)(end - first));
+  if (close == NULL) return 0;
   size_t head = (size_t)(first - line), rest = (size_t)(end - close), n = head + rest;
   if (n > c->scratch_cap) {
     char *p = realloc(c->scratch, n);
-    if (p == NULL) {
-      lua_pop(L, 1);
-      return 0;
-    }
+    if (p == NULL) return 0;
     c->scratch = p;
     c->scratch_cap = n;
   }
   memcpy(c->scratch, line, head);
   memcpy(c->scratch + head, close, rest);
+  int top = lua_gettop(L);
   cJSON *msg = parse(L, c->scratch, n);
   const cJSON *ev = msg ? cJSON_GetObjectItemCaseSensitive(msg, "event") : NULL;
   const cJSON *empty = ev ? cJSON_GetObjectItemCaseSensitive(ev, "data_base64") : NULL;
-  if (msg == NULL || cJSON_GetObjectItemCaseSensitive(msg, "result") != NULL ||
-      cJSON_GetObjectItemCaseSensitive(msg, "error") != NULL || !has_payload(event_type(ev)) ||
-      !cJSON_IsString(empty) || empty->valuestring[0] != '\0') {
+  payload pl = {first, 0, 0};
+  size_t text = (size_t)(close - first);
+  int ok = msg != NULL && cJSON_GetObjectItemCaseSensitive(msg, "result") == NULL &&
+           cJSON_GetObjectItemCaseSensitive(msg, "error") == NULL && has_payload(event_type(ev)) &&
+           cJSON_IsString(empty) && empty->valuestring[0] == '\0';
+  if (ok && text >= IN_PLACE_MIN) {
+    ok = b64_decode_in_place(first, text, &pl.n) == 0;
+  } else if (ok && (ok = b64_push(L, first, text))) {
+    pl.idx = lua_gettop(L);
+    pl.bytes = lua_tolstring(L, pl.idx, &pl.n);
+  }
+  if (!ok) {
     cJSON_Delete(msg);
-    lua_settop(L, bytes - 1);   /* whatever parse pushed, and the bytes */
+    lua_settop(L, top);   /* whatever parse pushed */
     return 0;
   }
-  route(L, c, msg, line, len, bytes, 0);
+  route(L, c, msg, line, len, &pl, 0);
   return 1;
 }
 
@@ -602,7 +622,7 @@ static int take_plain(lua_State *L, conn *c, const char *line, size_t len) {
   return 1;
 }
 
-static void decode(lua_State *L, conn *c, const char *line, size_t len) {
+static void decode(lua_State *L, conn *c, char *line, size_t len) {
   if (len >= SPLIT_MIN && decode_split(L, c, line, len)) return;
   if (len < 128 && take_plain(L, c, line, len)) return;
   int exact = 0;
@@ -637,7 +657,7 @@ static void on_end(lua_State *L, conn *c, const char *err) {
 }
 
 /* The stdout sink: every line the provider writes, then its end. */
-static void on_stdout(void *ctx, const char *line, size_t len, const char *err) {
+static void on_stdout(void *ctx, char *line, size_t len, const char *err) {
   conn *c = ctx;
   lua_State *L = host_get()->L;
   int top = lua_gettop(L);

@@ -58,7 +58,7 @@ int json_push(lua_State *L, const struct cJSON *item, int max_depth, int depth);
 ** 0, err) once at the end (err NULL at EOF).
 */
 typedef struct line_sink {
-  void (*fn)(void *ctx, const char *data, size_t n, const char *err);
+  void (*fn)(void *ctx, char *data, size_t n, const char *err);   /* data: the sink may change it */
   void *ctx;
 } line_sink;
 typedef struct reader reader;
@@ -174,6 +174,7 @@ int capture_add(capture *c, const char *bytes, size_t n); /* 0: out of memory */
 int capture_push_taken(lua_State *L, int idx); /* pushes the bytes of the capture at idx, empties it; 1: truncated */
 int b64_push(lua_State *L, const char *src, size_t n); /* b64.c: pushes the bytes; 0 (nothing) if invalid */
 int b64_push_or_why(lua_State *L, const char *src, size_t n); /* the bytes and 1, or why not and 0 */
+int b64_decode_in_place(char *s, size_t n, size_t *out);       /* 0, or -1 (s untouched) */
 /* Keeps only the stack top above base: it moves to base + 1, what was between goes. */
 static inline void host_keep_top(lua_State *L, int base) {
   if (lua_gettop(L) > base + 1) {

@@ -30,7 +30,7 @@ static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf) {
 }
 
 /* Calls the sink, or the Lua callback with (data) or (nil, err); a no-op once detached. */
-static void call_back(reader *r, const char *data, size_t n, const char *err) {
+static void call_back(reader *r, char *data, size_t n, const char *err) {
   if (r->sink.fn != NULL) {
     r->sink.fn(r->sink.ctx, data, n, err);
     return;
@@ -82,10 +82,10 @@ static void too_long(reader *r) {
 ** begun in an earlier read, or cut by the end of this one, goes through
 ** the linebuf. Stops when the callback closed us.
 */
-static void feed_lines(reader *r, const char *data, size_t n) {
+static void feed_lines(reader *r, char *data, size_t n) {
   const char *end = data + n;
   while (data < end && r->state == READER_READING) {
-    const char *nl = memchr(data, '\n', (size_t)(end - data));
+    char *nl = memchr(data, '\n', (size_t)(end - data));
     size_t upto = nl != NULL ? (size_t)(nl - data) + 1 : (size_t)(end - data);
     int over_long;
     if (nl != NULL && linebuf_pending(&r->lb) == 0) {
