@@ -177,6 +177,62 @@ return wf.define{name = "nopath", sandbox = {profile = "local/default", workspac
   end)
 end)
 
+describe("a recording of a run with secrets", function()
+  local SECRET = "s3cr3t-Value-42"
+
+  -- Whether text holds the secret in any form a masker looks for.
+  local function leaks(text)
+    local mask = require "smol.workflow.mask"
+    return text:find(SECRET, 1, true) ~= nil or mask.new{SECRET}:text(text) ~= text
+  end
+
+  it("holds none of their values, and still replays", function()
+    local dir = fs.temp_dir("smolwf-rr-secret")
+    finally(function() testing.remove_tree(dir) end)
+    local file = dir .. "/session.jsonl"
+    local rec = record.start(file)
+    rec:mask_with(require("smol.workflow.mask").new{SECRET})
+    local sb = sandbox.open{profile = "local/default", workspace = dir}
+    local r1 = sb:exec{"sh", "-c", "printf %s \"$TOKEN\" | wc -c; cat", env = {TOKEN = SECRET}, stdin = SECRET}
+    sb:write_file("token", SECRET)
+    sb:close()
+    rec:stop()
+    local text = assert(io.open(file)):read("a")
+    assert.is_false(leaks(text), "the recording holds the secret")
+    local masked = 0
+    for _, e in ipairs(read_lines(file)) do masked = masked + (e.masked and 1 or 0) end
+    assert.is_true(masked >= 3, "entries marked masked: " .. masked)
+    assert.equal(#SECRET .. "\n" .. SECRET, r1.stdout)
+
+    local program = replay.program(file)
+    finally(function() sandbox.shutdown(program) end)
+    local again = sandbox.open{program = program, profile = "local/default", workspace = dir}
+    local r2 = again:exec{"sh", "-c", "printf %s \"$TOKEN\" | wc -c; cat", env = {TOKEN = SECRET}, stdin = SECRET}
+    assert.equal(#SECRET .. "\n***", r2.stdout)   -- what the recording kept
+    again:write_file("token", SECRET)
+    again:close()
+  end)
+
+  it("made by smolwf run --record holds none of the workflow's secrets", function()
+    local dir = assert(core.mkdtemp("/tmp/smolwf-rr-secret-XXXXXX"))
+    finally(function() testing.remove_tree(dir) end)
+    local file = assert(io.open(dir .. "/wf.lua", "w"))
+    file:write(([[
+local wf = require "smol.workflow"
+return wf.define{name = "secret", sandbox = {profile = "local/default", workspace = %q},
+  secrets = {TOKEN = {env = "SMOLWF_SPEC_TOKEN"}},
+  steps = {{name = "use", run = function(ctx) ctx:sh("echo \"$TOKEN\" > %s/used; cat %s/used") end}}}
+]]):format(dir, dir, dir))
+    file:close()
+    local rec = dir .. "/rec.jsonl"
+    local ok, how, code = os.execute(("cd %q && SMOLWF_SPEC_TOKEN=%q %q run --no-progress --report-dir %q --record %q wf.lua >/dev/null 2>&1")
+      :format(dir, SECRET, core.exe_path(), dir .. "/report", rec))
+    assert.is_true(ok, ("the run failed: %s %s"):format(how, code))
+    assert.equal(SECRET .. "\n", assert(io.open(dir .. "/used")):read("a"))   -- the command had it
+    assert.is_false(leaks(assert(io.open(rec)):read("a")), "the recording holds the secret")
+  end)
+end)
+
 describe("the replay provider on its own", function()
   local dir
   before_each(function() dir = fs.temp_dir("smolwf-rr-own") end)

@@ -226,6 +226,7 @@ local function run_workflow(def, opts)
   local instances = wf.instances(def, opts.steps)  -- an unknown --step is an invalid run: say so before any output
   local secrets = wf.secrets(def, opts.params)
   local masker = secrets.masker
+  require("smol.recording.record").mask_current(masker)   -- a recording holds no secret either
   local run_opts = run_options(opts, instances, secrets)
   run_opts.name, run_opts.observers = name, observers_for(opts, masker)
   run_opts.resume = opts.resume and resume_dir(opts, name)

@@ -17,6 +17,12 @@
 -- with "signal":"KILL" (say) when a signal ended it, and "crash":true when
 -- it ended on its own (see jsonl.observe): smol.recording.replay replays the
 -- requests a crash left unanswered as the same crash.
+--
+-- Secrets never reach the file: once a run knows them, rec:mask_with(masker)
+-- (a smol.workflow.mask masker; record.mask_current for the recording that
+-- runs) masks every form of them in each entry's line and program, and an
+-- entry it changed gets "masked":true (replay then takes each "***" in it
+-- for any text).
 local cjson = require "cjson"
 local core = require "smol.core"
 local jsonl = require "smol.jsonl"
@@ -71,14 +77,52 @@ function Recorder:write(entry)
   self.file:write(json.encode(entry), "\n")
 end
 
+-- A decoded line's value with every string masked; a *_base64 field is
+-- decoded, masked and encoded again, so the recording stays valid.
+local function mask_value(m, v, key)
+  if type(v) == "string" then
+    local bytes = type(key) == "string" and key:match("_base64$") and core.b64decode(v)
+    if bytes then return core.b64encode(m:text(bytes)) end
+    return m:text(v)
+  end
+  if type(v) ~= "table" then return v end
+  local out = {}
+  for k, x in pairs(v) do out[mask_value(m, k)] = mask_value(m, x, k) end
+  return out
+end
+
+-- text (a line, a program) with the secrets masked, and whether that changed it.
+function Recorder:masked(text)
+  local m = self.masker
+  if m == nil or type(text) ~= "string" then return text, false end
+  local out = m:text(text)
+  if out == text then return text, false end
+  local msg = decode(text)
+  if msg then out = json.encode(mask_value(m, msg)) end
+  return out, true
+end
+
 function Recorder:observe(direction, info, what, signal, crashed)
   if self.stopped then return end
+  local program, masked_program = self:masked(info.program)
   if direction == "exit" then
-    return self:write({dir = "exit", program = info.program, conn = info.conn, status = what,
-      signal = signal, crash = crashed or nil})
+    return self:write({dir = "exit", program = program, conn = info.conn, status = what,
+      signal = signal, crash = crashed or nil, masked = masked_program or nil})
   end
-  self:write({dir = direction, program = info.program, conn = info.conn,
-    session = self:session_for(direction, info.conn, what), line = what})
+  local line, masked_line = self:masked(what)
+  self:write({dir = direction, program = program, conn = info.conn,
+    session = self:session_for(direction, info.conn, what), line = line,
+    masked = (masked_line or masked_program) or nil})
+end
+
+--- Masks the secrets of masker (smol.workflow.mask) in every entry from now on.
+function Recorder:mask_with(masker)
+  self.masker = masker ~= nil and not masker:empty() and masker or nil
+end
+
+--- rec:mask_with(masker) for the recording that runs, if any.
+function M.mask_current(masker)
+  if M.current then M.current:mask_with(masker) end
 end
 
 --- Stops recording and closes the file (idempotent).

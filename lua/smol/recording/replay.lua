@@ -16,6 +16,7 @@
 -- replay provider exits the same way (status, or the same signal).
 local cjson = require "cjson"
 local lfs = require "lfs"
+local core = require "smol.core"
 local canonical = require "smol.recording.canonical"
 
 local M = {}
@@ -45,7 +46,7 @@ end
 
 local function new_exchange(entry, msg)
   return {conn = entry.conn, program = entry.program, seq = entry.seq, id = msg.id,
-    method = msg.method, params = msg.params, replies = {}, complete = false}
+    method = msg.method, params = msg.params, replies = {}, complete = false, masked = entry.masked}
 end
 
 -- The exchanges still waiting for their terminal line on a connection, by request id.
@@ -86,13 +87,35 @@ local function build_exchanges(entries)
   return exchanges
 end
 
+-- params with each *_base64 string decoded (where it is base64), for
+-- matching a request whose secrets were masked inside its payloads.
+local function decoded(v, key)
+  if type(v) == "string" then
+    return type(key) == "string" and key:match("_base64$") and core.b64decode(v) or v
+  end
+  if type(v) ~= "table" then return v end
+  local out = {}
+  for k, x in pairs(v) do out[k] = decoded(x, k) end
+  return out
+end
+
+-- A request recorded with its secrets masked matches any text where a
+-- "***" stands (see smol.recording.record), payloads decoded.
+local function masked_pattern(key)
+  local escaped = key:gsub("[%^%$%(%)%%%.%[%]%*%+%-%?]", "%%%0")
+  return "^" .. escaped:gsub("%%%*%%%*%%%*", ".-") .. "$"
+end
+
 --- Loads a recording: {path, exchanges = {{method, params, replies, ...}}}.
 function M.load(path, opts)
   opts = opts or {}
   local rec = {path = path, ignore = {}, program = opts.program,
     exchanges = build_exchanges(read_entries(path))}
   for _, field in ipairs(opts.ignore or {}) do rec.ignore[field] = true end
-  for _, ex in ipairs(rec.exchanges) do ex.key = canonical.request_key(ex.method, ex.params, rec.ignore) end
+  for _, ex in ipairs(rec.exchanges) do
+    ex.key = canonical.request_key(ex.method, ex.params, rec.ignore)
+    if ex.masked then ex.pattern = masked_pattern(canonical.request_key(ex.method, decoded(ex.params), rec.ignore)) end
+  end
   return rec
 end
 
@@ -100,9 +123,16 @@ end
 -- Exchanges recorded with rec.program (when set) come first.
 function M.find(rec, method, params)
   local key = canonical.request_key(method, params, rec.ignore)
+  local plain_key   -- the key with payloads decoded, made when a masked exchange needs it
+  local function matches(ex)
+    if ex.key == key then return true end
+    if not ex.pattern then return false end
+    plain_key = plain_key or canonical.request_key(method, decoded(params), rec.ignore)
+    return plain_key:match(ex.pattern) ~= nil
+  end
   local fallback
   for _, ex in ipairs(rec.exchanges) do
-    if not ex.used and (ex.complete or ex.crash) and ex.key == key then
+    if not ex.used and (ex.complete or ex.crash) and matches(ex) then
       if rec.program == nil or ex.program == rec.program then return ex end
       fallback = fallback or ex
     end
