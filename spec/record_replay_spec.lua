@@ -188,7 +188,11 @@ describe("a recording of a run with secrets", function()
 
   it("holds none of their values, and still replays", function()
     local dir = fs.temp_dir("smolwf-rr-secret")
-    finally(function() testing.remove_tree(dir) end)
+    local program
+    finally(function()   -- the providers first: the replay's session is in dir
+      sandbox.shutdown()
+      testing.remove_tree(dir)
+    end)
     local file = dir .. "/session.jsonl"
     local rec = record.start(file)
     rec:mask_with(require("smol.workflow.mask").new{SECRET})
@@ -204,8 +208,7 @@ describe("a recording of a run with secrets", function()
     assert.is_true(masked >= 3, "entries marked masked: " .. masked)
     assert.equal(#SECRET .. "\n" .. SECRET, r1.stdout)
 
-    local program = replay.program(file)
-    finally(function() sandbox.shutdown(program) end)
+    program = replay.program(file)
     local again = sandbox.open{program = program, profile = "local/default", workspace = dir}
     local r2 = again:exec{"sh", "-c", "printf %s \"$TOKEN\" | wc -c; cat", env = {TOKEN = SECRET}, stdin = SECRET}
     assert.equal(#SECRET .. "\n***", r2.stdout)   -- what the recording kept

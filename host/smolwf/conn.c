@@ -44,7 +44,7 @@
 enum { RQ_HEAD = 1, RQ_TAIL, RQ_ID, RQ_MODE, RQ_QUIET, RQ_LIMIT, RQ_ARGV, RQ_PID, RQ_OUT, RQ_ERR, RQ_FIRST };
 enum { CONN_RUNNING, CONN_STOPPED, CONN_CLOSED };
 
-typedef struct conn {
+struct conn {
   int state;
   proc *proc;                      /* the box's process: valid while the box is held */
   int max_depth;
@@ -58,7 +58,7 @@ typedef struct conn {
   int exact_ref;                   /* lua-cjson decode, for lines cJSON cannot keep exactly */
   char *scratch;                   /* a long line without its payload */
   size_t scratch_cap;
-} conn;
+};
 
 static void unref(int *ref) { host_unref(ref); }
 
@@ -664,13 +664,23 @@ static void on_stdout(void *ctx, char *line, size_t len, const char *err) {
   if (line == NULL) {
     on_end(L, c, err);
   } else {
-    if (c->observe_ref != LUA_NOREF) {
-      lua_pushlstring(L, line, len);
-      observe(L, c, "recv", lua_gettop(L));
-    }
-    if (len > 0 && c->state == CONN_RUNNING) decode(L, c, line, len);
+    conn_feed_line(L, c, line, len);
   }
   lua_settop(L, top);
+}
+
+void conn_feed_line(lua_State *L, conn *c, char *line, size_t len) {
+  int top = lua_gettop(L);
+  if (c->observe_ref != LUA_NOREF) {
+    lua_pushlstring(L, line, len);
+    observe(L, c, "recv", lua_gettop(L));
+  }
+  if (len > 0 && c->state == CONN_RUNNING) decode(L, c, line, len);
+  lua_settop(L, top);
+}
+
+conn *conn_check(lua_State *L, int idx) {
+  return luaL_checkudata(L, idx, CONN_MT);
 }
 
 /* {=================== requests ===================} */

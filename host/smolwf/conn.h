@@ -17,21 +17,27 @@
 **         on_eof      fn(): the provider closed its stdout
 **         notify      fn(rq): a reply came for a request whose queue has
 **                     waiters (rq.waiters set: smol.task's wait_until)
-**   rq | nil, why = conn:send(method, params_json [, quiet])
+**   rq | nil, why = conn:send(method, params_json [, capture, limit, argv, quiet])
 **       writes {"id":N,"method":M,"params":P} and returns the request's
 **       reply queue (a table to wait on; its contents are the
-**       connection's). quiet, for a process request (exec, spawn, wait)
-**       whose caller wants no events: true keeps its well-formed started,
-**       exited, dropped and output events out of the queue; an integer N
-**       also keeps the first N bytes of each output stream (see take).
-**   kind, body = conn:take(rq)  the next reply: "event", "result", "error"
-**                               or "failure" (body: what conn:fail gave);
-**                               nil when none has come yet. After "result"
-**                               or "error" the request has ended: take also
-**                               returns its process_id (a quiet request's
-**                               `started`) and its kept output as
-**                               core.capture values (or nil), and the
-**                               queue is reused by later requests
+**       connection's). With capture, a process request (exec, wait): its
+**       result is the one smol.sandbox returns (exec_result.c), made
+**       where the result line is decoded; capture says where its output
+**       comes from: "events" (kept from its output events, the first
+**       limit bytes of each stream), "copy" (the result's own base64
+**       copy, cut at limit) or "none"; argv goes into the result. quiet:
+**       its well-formed started, exited, dropped and output events stay
+**       out of the queue (the caller wants none).
+**   kind, body = conn:take(rq)  the next reply: "event", "result", "error",
+**                               "protocol" (a process request's result
+**                               that makes no sense; body: why) or
+**                               "failure" (body: what conn:fail gave);
+**                               nil when none has come yet. After a
+**                               result, error or protocol the request has
+**                               ended, and its queue is reused by later
+**                               requests
+**   pid = conn:process_id(rq)   the process_id of a process request's
+**                               `started` event, or nil
 **   core.has_reply(rq)          true when take has something
 **   conn:fail(rq, err)          queues the failure err (a deadline passed)
 **   conn:fail_pending(err)      fails every request in flight with err
@@ -50,12 +56,23 @@
 ** (data_base64 is made from them only when read); an event whose
 ** data_base64 is not valid base64 keeps it as it came, for the client to
 ** reject.
+**
+** For a harness without a pipe (a fuzzer of the reply path):
+** conn_feed_line(L, c, line, len) routes one reply line exactly as the
+** reader's sink does (decode, envelope, route, quiet requests); the line
+** must be writable (a long payload is decoded over itself).
 */
 #ifndef SMOLWF_CONN_H
 #define SMOLWF_CONN_H
 
+#include <stddef.h>
+
 #include <lua.h>
 
 void conn_open(lua_State *L);   /* core.connect, core.has_reply */
+
+typedef struct conn conn;
+conn *conn_check(lua_State *L, int idx);                        /* the smol.conn at idx (misuse raises) */
+void conn_feed_line(lua_State *L, conn *c, char *line, size_t len); /* one reply line, as read */
 
 #endif

@@ -416,14 +416,18 @@ end
 
 local NO_OPTS = {}
 
+local function write_error(conn, method, why)
+  return errors.new{code = "io_error", program = conn.program, method = method,
+    message = ("cannot write to provider `%s`: %s"):format(conn.label, tostring(why))}
+end
+
 -- Sends a request (a process request with capture, limit, argv, quiet:
 -- see smol.conn's send); its reply queue, or nil and the error.
 function Conn:send_request(method, params, capture, limit, argv, quiet)
   if self.state ~= "running" then return nil, self.failure end
   local rq, why = self.c:send(method, params, capture, limit, argv, quiet)
   if rq then return rq end
-  return nil, errors.new{code = "io_error", program = self.program, method = method,
-    message = ("cannot write to provider `%s`: %s"):format(self.label, tostring(why))}
+  return nil, write_error(self, method, why)
 end
 
 --[[
@@ -459,8 +463,10 @@ On failure the third value is the process_id of its `started` event, if
 any.
 ]]
 function Conn:try_process(method, params, on_event, ctx, capture, limit, argv, quiet, deadline)
-  local rq, err = self:send_request(method, params, capture, limit, argv, quiet)
-  if not rq then return false, err end
+  -- (send_request, inline: every command comes this way)
+  if self.state ~= "running" then return false, self.failure end
+  local rq, why = self.c:send(method, params, capture, limit, argv, quiet)
+  if not rq then return false, write_error(self, method, why) end
   local timer = deadline and arm_timeout(self, method, rq, deadline)
   local ok, result = pcall(await, self, method, rq, on_event, ctx)
   if timer then timer:stop() end

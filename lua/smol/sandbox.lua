@@ -614,7 +614,7 @@ function Session:exec(spec)
   local argv, params = core.process_params(spec, "exec", self._session_json, caps.timeout, self._exec_tail)
   local seconds = (spec.timeout or spec.idle_timeout) and capabilities.client_deadline(self, spec, "exec", argv[1])
   local capture = spec.capture == false and "none" or caps.output_limit and "events" or "copy"
-  local req = (seconds or has_callbacks(spec)) and {spec = spec, process_id = false} or nil
+  local req = (seconds or spec.on_stdout or spec.on_stderr or spec.on_event) and {spec = spec, process_id = false} or nil
   local timeout = spec.timeout
   return process_request(self, "exec", params, req, "exec", argv[1], seconds, capture,
     tointeger(spec.max_output_bytes or sandbox.max_output_bytes) or math.maxinteger, argv,
