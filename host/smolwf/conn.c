@@ -855,15 +855,6 @@ static int conn_take(lua_State *L) {
   return 2;
 }
 
-/* conn:process_id(rq) -> the process_id of the request's `started` event, or nil */
-static int conn_process_id(lua_State *L) {
-  to_conn(L);
-  luaL_checktype(L, 2, LUA_TTABLE);
-  lua_rawgeti(L, 2, RQ_PID);
-  if (!lua_toboolean(L, -1)) lua_pushnil(L);
-  return 1;
-}
-
 /* conn:fail(rq, err): a failure for the request's waiter */
 static int conn_fail(lua_State *L) {
   conn *c = check_conn(L);
@@ -1115,7 +1106,6 @@ void conn_open(lua_State *L) {
   json_arena_install();
   static const luaL_Reg methods[] = {
     {"pid", conn_pid}, {"send", conn_send}, {"take", conn_take}, {"fail", conn_fail},
-    {"process_id", conn_process_id},
     {"fail_pending", conn_fail_pending}, {"abandon", conn_abandon},
     {"stop", conn_stop}, {"observe", conn_observe}, {"close_stdin", conn_close_stdin},
     {"kill", conn_kill}, {"pending_count", conn_pending_count}, {"close", conn_close},

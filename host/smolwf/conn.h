@@ -36,8 +36,6 @@
 **                               result, error or protocol the request has
 **                               ended, and its queue is reused by later
 **                               requests
-**   pid = conn:process_id(rq)   the process_id of a process request's
-**                               `started` event, or nil
 **   core.has_reply(rq)          true when take has something
 **   conn:fail(rq, err)          queues the failure err (a deadline passed)
 **   conn:fail_pending(err)      fails every request in flight with err
