@@ -152,7 +152,7 @@ describe("sandbox.pool", function()
       local e = h.catch(sandbox.pool, {programs = {PROVIDER, {"sh", "-c", "echo no such node >&2; exit 3"}}})
       assert.equal("provider_exited", e.code)
       assert.matches("^provider 2 %(sh %-c echo no such node >&2; exit 3%) did not start serving: .*"
-        .. "exited with status 3; its last stderr lines: no such node$", e.message)
+        .. "exited with status 3; its stderr ends: no such node$", e.message)
       assert.equal(before, #sandbox.connections())
     end)
 

@@ -76,7 +76,7 @@ describe("a pool of ssh launchers", function()
   it("names a launcher that cannot reach its machine, with what ssh said", function()
     local e = h.catch(sandbox.pool, {programs = {launcher(), launcher(1)}})
     assert.equal("provider_exited", e.code)
-    assert.matches("^provider 2 %(ssh %-T .*%) did not start serving: .*its last stderr lines: .*Connection refused",
+    assert.matches("^provider 2 %(ssh %-T .*%) did not start serving: .*its stderr ends: .*Connection refused",
       e.message)
     assert.is_true(h.wait_until(function() return remote_providers() == 0 end))
   end)

@@ -152,7 +152,7 @@ describe("sandbox.pool on Slurm", function()
   it("names a node whose provider cannot start, and releases the allocation", function()
     local e = h.catch(sandbox.pool, {slurm = {nodes = 2, program = "/nonexistent/smolwf-provider"}})
     assert.equal("provider_exited", e.code)
-    assert.matches("^provider %d %(n%d%) did not start serving: .*its last stderr lines: .*"
+    assert.matches("^provider %d %(n%d%) did not start serving: .*its stderr ends: .*"
       .. "/nonexistent/smolwf%-provider", e.message)
     local empty, listed = sh.queue_empties()
     assert(empty, "still in squeue: " .. tostring(listed))

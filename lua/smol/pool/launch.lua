@@ -176,7 +176,9 @@ local function await_serving(member, seconds)
   end
   errors.raise{code = code, program = member.program,
     message = ("%s did not start serving: %s%s"):format(launch.name(member),
-      type(r) == "table" and tostring(r.message) or tostring(r), launch.stderr_note(member))}
+      type(r) == "table" and tostring(r.message) or tostring(r),
+      -- an error that ended the provider quotes its stderr already (smol.jsonl)
+      (type(r) == "table" and r.stderr) and "" or launch.stderr_note(member))}
 end
 
 local function has_profile(profiles, name)
