@@ -17,8 +17,8 @@
 #include "tree.h"
 
 typedef struct discard {
-  int root_fd;              /* our own copy of the provider root's fd */
-  char *name;               /* the session's directory in it */
+  int root_fd;              /* the provider root's own: it stays open until every discard has ended */
+  char *name;               /* the session's directory in it, or NULL when there is none */
   int rc;                   /* tree_remove's result */
   request *r;               /* answered once removed (with f, or {}), or NULL */
   failure f;
@@ -43,7 +43,7 @@ static discards *table(void) {
 static void remove_work(job *j) {
   discard *d = j->data;
   if (d->close_wait) d->close_wait(d->close_data);   /* the sandbox ends before its files go */
-  d->rc = d->root_fd >= 0 ? tree_remove(d->root_fd, d->name) : 0;
+  d->rc = d->name ? tree_remove(d->root_fd, d->name) : 0;
 }
 
 static void unlink_discard(discard *d) {
@@ -59,7 +59,6 @@ static void removed(job *j) {
   if (d->r && d->failed) reply_failure(d->r, &d->f);
   else if (d->r) reply_result(d->r, cJSON_CreateObject());
   if (d->also) reply_result(d->also, cJSON_CreateObject());
-  close(d->root_fd);
   free(d->name);
   free(d);
 }
@@ -67,11 +66,12 @@ static void removed(job *j) {
 void session_discard(session *s, request *r, const failure *f, request *also) {
   discard *d = calloc(1, sizeof *d);
   if (!d) abort();
-  d->name = strdup(s->id);
   d->r = r;
   d->also = also;
   if (f) { d->f = *f; d->failed = true; }
-  d->root_fd = s->root ? fcntl(root_fd(), F_DUPFD_CLOEXEC, 0) : -1;
+  /* no copy of the root's fd: one more descriptor is just what a provider out of them lacks */
+  d->root_fd = root_fd();
+  if (s->root) d->name = strdup(s->id);
   d->close_wait = s->close_wait;
   d->close_done = s->close_done;
   d->close_data = s->close_data;
@@ -79,7 +79,7 @@ void session_discard(session *s, request *r, const failure *f, request *also) {
   free(s->root);
   s->root = NULL;
   session_free(s);
-  if (d->root_fd >= 0 || d->close_wait) d->job = job_start(provider_ctx()->loop, remove_work, removed, d);
+  if (d->name || d->close_wait) d->job = job_start(provider_ctx()->loop, remove_work, removed, d);
   if (!d->job) {   /* no thread to be had (or nothing to do): here and now */
     remove_work(&(job){.data = d});
     removed(&(job){.data = d});
