@@ -7,7 +7,7 @@
 #ifndef SMOL_FD_RESERVE_H
 #define SMOL_FD_RESERVE_H
 
-/* Holds the reserve again (at start, and after a release); as many as can be had. */
+/* Holds the reserve again (at start, and after a release); as many as can be had. Any thread may call both. */
 void fd_reserve_restore(void);
 
 /* Closes the reserve, so the next opens can succeed. */
