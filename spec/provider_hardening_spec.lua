@@ -144,29 +144,59 @@ for _, profile in ipairs(PROFILES) do
       assert_lines_utf8(conn)
     end)
 
-    it("fails an open that runs out of descriptors with limit_exceeded, leaving no directory", function()
-      local failures, from_sandbox = 0, false
-      for limit = 40, 47 do
-        local root = ph.tempdir()
-        local conn = ph.start({prefix = {"prlimit", "--nofile=" .. limit .. ":" .. limit, "--"},
-                               env_extra = {XDG_RUNTIME_DIR = root}})
-        local opened, failed = {}, nil
-        while not failed and #opened < 40 do
-          local req = conn:call("open", ph.open_params(profile_of(profile)), {timeout = 10})
-          if req.result then opened[#opened + 1] = req.result else failed = req end
-        end
-        assert.is_table(failed and failed.error, "no open failed at " .. limit .. " descriptors")
-        assert.equals("limit_exceeded", failed.error.code, failed.error.message)
-        failures = failures + 1
-        from_sandbox = from_sandbox or failed.error.message:find("sandbox", 1, true) ~= nil
-        local provider_root = ph.list(root)[1]
-        assert.equals(#opened, #ph.list(root .. "/" .. provider_root))
-        for _, s in ipairs(opened) do assert.same({}, conn:call("close", s).result) end
-        assert.same({}, ph.list(root .. "/" .. provider_root))
-        for _, line in ipairs(conn.stderr_tail) do assert.is_nil(line:find("Is a directory", 1, true), line) end
+    -- A provider limited to `limit` descriptors, its root in a directory of its own.
+    local function start_limited(limit)
+      local root = ph.tempdir()
+      return ph.start({prefix = {"prlimit", "--nofile=" .. limit .. ":" .. limit, "--"},
+                       env_extra = {XDG_RUNTIME_DIR = root}}), root
+    end
+
+    -- Calls attempt() until a request fails (at most 40 times): the sessions made, and the failed request.
+    local function until_one_fails(attempt)
+      local made = {}
+      while #made < 40 do
+        local req = attempt()
+        if not req.result then return made, req end
+        made[#made + 1] = req.result
       end
-      assert.equals(8, failures)
+      return made, nil
+    end
+
+    -- The failure is limit_exceeded, its session left no directory, and closing every session left none.
+    local function assert_failed_cleanly(conn, root, sessions, failed, what)
+      assert.is_table(failed and failed.error, "no " .. what .. " failed")
+      assert.equals("limit_exceeded", failed.error.code, failed.error.message)
+      local provider_root = root .. "/" .. ph.list(root)[1]
+      assert.equals(#sessions, #ph.list(provider_root), what .. ": a failed session left its directory")
+      for _, s in ipairs(sessions) do assert.same({}, conn:call("close", s).result) end
+      assert.same({}, ph.list(provider_root), what .. ": a closed session left its directory")
+      for _, line in ipairs(conn.stderr_tail) do assert.is_nil(line:find("Is a directory", 1, true), line) end
+    end
+
+    it("fails an open that runs out of descriptors with limit_exceeded, leaving no directory", function()
+      local from_sandbox = false
+      for limit = 40, 47 do
+        local conn, root = start_limited(limit)
+        local opened, failed = until_one_fails(function()
+          return conn:call("open", ph.open_params(profile_of(profile)), {timeout = 10})
+        end)
+        assert_failed_cleanly(conn, root, opened, failed, "open at " .. limit .. " descriptors")
+        from_sandbox = from_sandbox or failed.error.message:find("sandbox", 1, true) ~= nil
+      end
       if profile == "bwrap/default" then assert.is_true(from_sandbox, "no failure in the sandbox's own start") end
+    end)
+
+    it("fails a fork that runs out of descriptors with limit_exceeded, leaving no directory", function()
+      for limit = 40, 47 do
+        local conn, root = start_limited(limit)
+        local parent = ph.open(conn, profile_of(profile))
+        sh(conn, parent, [[mkdir -p a/b/c d/e && echo x > a/b/c/f && echo y > d/e/g && echo z > "$TMPDIR/t"]])
+        local forks, failed = until_one_fails(function()
+          return ph.op(conn, parent, "fork", {}, {timeout = 10})
+        end)
+        table.insert(forks, 1, parent)
+        assert_failed_cleanly(conn, root, forks, failed, "fork at " .. limit .. " descriptors")
+      end
     end)
 
     it("bounds the bytes waiting for a process's stdin", function()
