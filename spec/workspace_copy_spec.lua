@@ -1,9 +1,11 @@
 -- Workspace copies off the provider's loop (host/provider/opening.c,
 -- workspace.c, job.c): excludes, files that vanish or turn unreadable in
 -- the middle of a copy, progress events, other sessions served meanwhile,
--- and every way to give up on a long open leaving nothing behind.
+-- and every way to give up on a long open leaving nothing behind, also
+-- while the open waits for its sandbox or for the bubblewrap probe.
 -- SMOLWF_PROVIDER_COPY_PACE_MS makes the copy pause after each file, so
--- the spec can act while it runs.
+-- the spec can act while it runs; a stand-in for bwrap makes a sandbox
+-- that never starts.
 local ph = dofile("spec/fixtures/provider_helpers.lua")
 local fs = require "smol.fs"
 
@@ -153,4 +155,75 @@ describe("workspace copies", function()
     assert.same({}, leftovers(base))
     for pid in procs:gmatch("%d+") do assert.is_false(ph.alive(pid), "sandbox process " .. pid .. " left running") end
   end)
+end)
+
+-- A stand-in for bwrap ($SMOLWF_BWRAP) whose sandboxes never say HELLO: each
+-- notes its pid in the returned file, then sleeps. The probe (`true` inside)
+-- runs the real bwrap unless hang_probe. bwrap runs with PATH alone, so the
+-- paths are written in. nil when there is no bwrap to stand in for.
+local function stalling_bwrap(hang_probe)
+  local real = io.popen("command -v bwrap"):read("l")
+  if not real then return nil end
+  local dir = ph.tempdir()
+  fs.write_file(dir .. "/bwrap", table.concat({
+    "#!/bin/sh",
+    "for last; do :; done",
+    hang_probe and "" or ('[ "$last" = true ] && exec %s "$@"'):format(real),
+    ("echo $$ >> %s/pids"):format(dir),
+    "exec sleep 60", ""}, "\n"))
+  assert(os.execute("chmod 755 " .. dir .. "/bwrap"))
+  return dir .. "/bwrap", dir .. "/pids"
+end
+
+local function stop_by(conn, how)
+  if how == "shutdown" then conn:send("shutdown", {}) else conn:close_stdin() end
+  assert.is_true(conn:wait_exit(5), "the provider did not exit at once")
+  assert.equals(0, conn.exit_code)
+end
+
+local BWRAP = {profile = {provider = "bwrap", name = "default"}}
+
+describe("opens waiting for their sandbox", function()
+  after_each(function() ph.stop_all() end)
+
+  for _, how in ipairs({"close", "shutdown", "end of input"}) do
+    it("are cancelled by " .. how .. " before HELLO: the sandbox ends and the session's files go", function()
+      local bwrap, pids = stalling_bwrap(false)
+      if not bwrap then pending("no bubblewrap here") return end
+      local conn, base = start({SMOLWF_BWRAP = bwrap})
+      local req = conn:send("open", ph.open_params({profile = BWRAP.profile, progress = true}))
+      if not ph.wait_until(function() return #req.events > 0 or req.done end, 10) or req.error then
+        pending("bubblewrap does not work here")
+        return
+      end
+      local ev = req.events[1]
+      assert.equals("sandbox", ev.phase)
+      local pid = assert((ph.read_host(pids) or ""):match("%d+"), "the stand-in sandbox did not start")
+      if how == "close" then
+        assert.same({}, conn:call("close", {id = ev.session}, {timeout = 10}).result)
+        assert.same({}, leftovers(base))
+      else
+        stop_by(conn, how)
+        assert.same({}, ph.list(base))
+      end
+      assert.is_true(req.done)
+      assert.equals("unknown_session", req.error.code)
+      assert.is_false(ph.alive(pid), "the sandbox " .. pid .. " was left running")
+    end)
+  end
+
+  for _, how in ipairs({"shutdown", "end of input"}) do
+    it("end at " .. how .. " while the bubblewrap probe runs, without waiting for its sandbox", function()
+      local bwrap, pids = stalling_bwrap(true)
+      if not bwrap then pending("no bubblewrap here") return end
+      local conn, base = start({SMOLWF_BWRAP = bwrap})
+      local req = conn:send("open", ph.open_params(BWRAP))
+      assert.is_true(ph.wait_until(function() return ph.read_host(pids) ~= nil end, 10), "the probe did not start")
+      local pid = ph.read_host(pids):match("%d+")
+      stop_by(conn, how)   -- the probe itself would wait 10 s
+      assert.equals("unknown_session", req.error.code)
+      assert.is_false(ph.alive(pid), "the probe's sandbox " .. pid .. " was left running")
+      assert.same({}, ph.list(base))
+    end)
+  end
 end)

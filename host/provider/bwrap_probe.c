@@ -252,6 +252,13 @@ const char *bwrap_program(void) {
   return b->usable ? b->program : NULL;
 }
 
+void bwrap_probe_cancel(void) {
+  bwrap_probe *b = part();
+  if (!b->job) return;
+  kill(-b->pid, SIGKILL);   /* its stderr ends with it: the wait returns at once */
+  job_finish_now(b->job);
+}
+
 void bwrap_probe_free(void) {
   provider *ctx = provider_ctx();
   if (ctx->bwrap) free(ctx->bwrap->waiters);

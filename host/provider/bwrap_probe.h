@@ -33,6 +33,13 @@ void bwrap_probe_then(void (*done)(void *data), void *data);
 /* The absolute path of the bwrap program; NULL unless bwrap_usable(). */
 const char *bwrap_program(void);
 
+/*
+** Ends a probe still running, and waits for it (the provider is stopping:
+** a sandbox that hangs must not keep it for the probe's whole timeout).
+** Whoever waited for it hears, as after any probe.
+*/
+void bwrap_probe_cancel(void);
+
 /* Forgets the answer (at exit). */
 void bwrap_probe_free(void);
 

@@ -531,6 +531,7 @@ void openings_cancel_all(void) {
       cancel(o, NULL);
     }
   }
+  bwrap_probe_cancel();   /* its waiters are gone: nothing opens after this */
   discards_finish();
   free(provider_ctx()->openings);
   provider_ctx()->openings = NULL;
