@@ -141,6 +141,24 @@ describe("overlay workspaces", function()
     assert.matches("trying again without an overlay", table.concat(conn.stderr_tail, "\n"))
   end)
 
+  it("start again without an overlay when the sandbox with one never says HELLO, and end that one", function()
+    local bwrap = io.popen("command -v bwrap"):read("l")
+    local dir = ph.tempdir()
+    local wrapper, pids = dir .. "/bwrap", dir .. "/pids"
+    fs.write_file(wrapper, ("#!/bin/sh\ncase \" $* \" in *' overlay '*) echo $$ >> %s; exec sleep 60;; esac\n" ..
+      "exec %s \"$@\"\n"):format(pids, bwrap))
+    assert(os.execute("chmod 755 " .. wrapper))
+    local conn = ph.start({env_extra = {SMOLWF_BWRAP = wrapper}})
+    local req = conn:call("open", ph.open_params({profile = {provider = "bwrap", name = "default"},
+                                                  workspace_sync = {host_path = host_tree()}}), {timeout = 30})
+    local s = assert(req.result, "open failed")   -- after the first sandbox's start timed out (10 s)
+    assert.equals("copy", s.capabilities.workspace)
+    assert.equals("hello\n", sh(conn, s, "cat a.txt"))
+    assert.matches("did not start within", table.concat(conn.stderr_tail, "\n"))
+    local pid = assert(ph.read_host(pids):match("%d+"))
+    assert.is_true(ph.wait_until(function() return not ph.alive(pid) end, 10), "the sandbox that hung was left running")
+  end)
+
   it("with mode \"ro\" let nothing write, commands nor file operations", function()
     local conn, dir = ph.start(), host_tree()
     local s = open_bwrap(conn, {host_path = dir, mode = "ro"})

@@ -55,7 +55,7 @@ static void removed(job *j) {
   discard *d = j->data;
   unlink_discard(d);
   if (d->close_done) d->close_done(d->close_data);
-  if (d->rc < 0) fprintf(stderr, "smolwf-provider: removing session directory %s: %s\n", d->name, strerror(-d->rc));
+  if (d->rc < 0) fprintf(stderr, "smolwf-provider: removing session directory %s/%s: %s\n", root_path(), d->name, strerror(-d->rc));
   if (d->r && d->failed) reply_failure(d->r, &d->f);
   else if (d->r) reply_result(d->r, cJSON_CreateObject());
   if (d->also) reply_result(d->also, cJSON_CreateObject());
@@ -63,22 +63,19 @@ static void removed(job *j) {
   free(d);
 }
 
-void session_discard(session *s, request *r, const failure *f, request *also) {
+/* A discard taking over what s's backend left to wait for (session_free then leaves it to us). */
+static discard *discard_new(session *s) {
   discard *d = calloc(1, sizeof *d);
   if (!d) abort();
-  d->r = r;
-  d->also = also;
-  if (f) { d->f = *f; d->failed = true; }
-  /* no copy of the root's fd: one more descriptor is just what a provider out of them lacks */
-  d->root_fd = root_fd();
-  if (s->root) d->name = strdup(s->id);
   d->close_wait = s->close_wait;
   d->close_done = s->close_done;
   d->close_data = s->close_data;
-  s->close_wait = NULL;   /* session_free leaves the wait and the files to us */
-  free(s->root);
-  s->root = NULL;
-  session_free(s);
+  s->close_wait = NULL;
+  return d;
+}
+
+/* Runs d's wait and removal on a job (here and now when no thread can be had). */
+static void discard_start(discard *d) {
   if (d->name || d->close_wait) d->job = job_start(provider_ctx()->loop, remove_work, removed, d);
   if (!d->job) {   /* no thread to be had (or nothing to do): here and now */
     remove_work(&(job){.data = d});
@@ -87,6 +84,24 @@ void session_discard(session *s, request *r, const failure *f, request *also) {
   }
   d->next = table()->first;
   table()->first = d;
+}
+
+void session_discard(session *s, request *r, const failure *f, request *also) {
+  discard *d = discard_new(s);
+  d->r = r;
+  d->also = also;
+  if (f) { d->f = *f; d->failed = true; }
+  /* no copy of the root's fd: one more descriptor is just what a provider out of them lacks */
+  d->root_fd = root_fd();
+  if (s->root) d->name = strdup(s->id);
+  free(s->root);   /* the files are ours to remove too */
+  s->root = NULL;
+  session_free(s);
+  discard_start(d);
+}
+
+void session_discard_sandbox(session *s) {
+  discard_start(discard_new(s));
 }
 
 void discards_finish(void) {

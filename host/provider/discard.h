@@ -18,6 +18,12 @@
 */
 void session_discard(session *s, request *r, const failure *f, request *also);
 
+/*
+** Ends what s's backend left to wait for (a sandbox that did not start,
+** before the open tries again) on a job, as a close would; s stays open.
+*/
+void session_discard_sandbox(session *s);
+
 /* Waits until every removal has ended (the provider is stopping). */
 void discards_finish(void);
 

@@ -261,11 +261,7 @@ static bool fall_back(opening *o, const failure *f) {
   if (!s->profile->automatic || s->backend != &backend_bwrap || o->fell_back) return false;
   fprintf(stderr, "smolwf-provider: %s: %s; using local/default\n", s->profile->name, f->message);
   s->backend->close(s);
-  if (s->close_wait) {   /* the failed sandbox's end: it is not going to be removed with the session */
-    s->close_wait(s->close_data);
-    s->close_done(s->close_data);
-    s->close_wait = NULL;
-  }
+  session_discard_sandbox(s);   /* the failed sandbox ends meanwhile, off the loop */
   s->backend = &backend_local;
   o->fell_back = true;
   if (s->ws.kind == WORKSPACE_OVERLAY) {
@@ -287,7 +283,7 @@ static bool retry_without_overlay(opening *o, const failure *f) {
   if (s->backend != &backend_bwrap || s->ws.kind != WORKSPACE_OVERLAY) return false;
   fprintf(stderr, "smolwf-provider: session %s: %s; trying again without an overlay\n", s->id, f->message);
   s->backend->close(s);
-  if (s->close_wait) { s->close_wait(s->close_data); s->close_done(s->close_data); s->close_wait = NULL; }
+  session_discard_sandbox(s);
   s->ws.kind = WORKSPACE_COPY;
   s->ws.overlay_refused = -EPERM;
   begin_backend(o);
