@@ -1,6 +1,9 @@
 -- `fork` (host/provider/opening.c): a new session whose workspace and /tmp
 -- start as a snapshot of another's, on both backends. Writes on either
 -- side after the fork are never seen by the other, nor by the host tree.
+-- A close of either side, or shutdown, while the fork copies leaves
+-- nothing behind, and a parent closed meanwhile is still copied whole
+-- (SMOLWF_PROVIDER_COPY_PACE_MS makes the copy slow enough to act in).
 local ph = dofile("spec/fixtures/provider_helpers.lua")
 local fs = require "smol.fs"
 
@@ -19,7 +22,7 @@ end
 
 local function fork(conn, s)
   local req = ph.op(conn, s, "fork", {})
-  assert(req.result, "fork failed: " .. ph.encode(req.error or {}))
+  assert(req.result, "fork failed")
   return req.result
 end
 
@@ -110,3 +113,63 @@ describe("fork", function()
     assert.equals("unknown_session", conn:call("fork", {session = {id = "s99"}}).error.code)
   end)
 end)
+
+local NFILES = 60   -- 2.4 s of copying at 40 ms a file: the first progress event comes at 1 s
+
+-- Session directories under the provider root in base.
+local function leftovers(base)
+  local found = {}
+  for _, root in ipairs(ph.list(base)) do
+    for _, name in ipairs(ph.list(base .. "/" .. root)) do found[#found + 1] = name end
+  end
+  return found
+end
+
+for _, name in ipairs({"local/default", "bwrap/default"}) do
+  describe("a " .. name .. " fork while it copies", function()
+    after_each(function() ph.stop_all() end)
+
+    local conn, base, parent, req
+    before_each(function()
+      base = ph.tempdir()
+      conn = ph.start({env_extra = {XDG_RUNTIME_DIR = base, SMOLWF_PROVIDER_COPY_PACE_MS = "40"}})
+      parent = nil
+      if name == "bwrap/default" and not bwrap_works(conn) then return end
+      parent = ph.open(conn, {profile = {provider = name:match("^(%w+)"), name = "default"}})
+      sh(conn, parent, ("mkdir d && for i in $(seq %d); do echo $i > d/f$i; done"):format(NFILES))
+      req = conn:send("fork", {session = parent, progress = true})
+      assert(ph.wait_until(function() return #req.events > 0 or req.done end, 10), "no progress event")
+      assert.is_falsy(req.done, "the fork ended before its first progress event")
+    end)
+
+    it("still gets all of a parent closed meanwhile, whose close answers once the parent's files are gone", function()
+      if not parent then pending("bubblewrap does not work here") return end
+      assert.same({}, conn:call("close", parent, {timeout = 20}).result)
+      conn:wait(req, 20)
+      local child = assert(req.result, "fork failed")
+      assert.equals(0, child.workspace.skipped)
+      assert.same({child.id}, leftovers(base))
+      assert.equals(NFILES .. "\n", sh(conn, child, "ls d | wc -l"))
+    end)
+
+    it("is cancelled by a close naming it, and the parent goes on", function()
+      if not parent then pending("bubblewrap does not work here") return end
+      assert.same({}, conn:call("close", {id = req.events[1].session}).result)
+      conn:wait(req)
+      assert.equals("unknown_session", req.error.code)
+      assert.same({parent.id}, leftovers(base))
+      assert.equals(NFILES .. "\n", sh(conn, parent, "ls d | wc -l"))
+    end)
+
+    it("is cancelled by shutdown, which answers the parent's close waiting for it, leaving nothing", function()
+      if not parent then pending("bubblewrap does not work here") return end
+      local close = conn:send("close", parent)
+      conn:send("shutdown", {})
+      assert.is_true(conn:wait_exit(10), "the provider did not exit")
+      assert.equals(0, conn.exit_code)
+      assert.equals("unknown_session", req.error and req.error.code)
+      assert.same({}, close.result)
+      assert.same({}, ph.list(base))
+    end)
+  end)
+end

@@ -54,5 +54,6 @@ void method_close(request *r, const cJSON *params) {
   session *s = session_find(id->valuestring);
   if (!s) { reply_error(r, "unknown_session", "close: no open session `%s`", id->valuestring); return; }
   session_end(s);
+  if (opening_hold_close(s, r)) return;
   session_discard(s, r, NULL, NULL);   /* r is answered once its files are gone */
 }

@@ -37,6 +37,7 @@ typedef struct opening {
   session *s;               /* NULL while the open waits for the bwrap probe */
   unsigned long serial;     /* names the opening to the probe's callback, which may outlive it */
   cJSON *params;            /* the open's params, kept while it waits for the probe */
+  session *parent;          /* a fork's, while its copy reads the parent's files */
   excludes excludes;
   char *cwd;                /* asked for (relative to the workspace), or the parent's for a fork */
   bool progress;            /* the client asked for progress events */
@@ -76,8 +77,23 @@ static void free_timer(uv_handle_t *h) {
   free(h->data);
 }
 
+/* A fork's copy is over (or never ran): its parent goes now if it was closed meanwhile. */
+static void release_parent(opening *o) {
+  session *parent = o->parent;
+  if (!parent) return;
+  o->parent = NULL;
+  if (--parent->copied_by == 0 && parent->close_req) session_discard(parent, parent->close_req, NULL, NULL);
+}
+
+bool opening_hold_close(session *s, request *r) {
+  if (s->copied_by == 0) return false;
+  s->close_req = r;
+  return true;
+}
+
 /* Frees o; its session and request were taken or answered already. */
 static void opening_free(opening *o) {
+  release_parent(o);
   unlink_opening(o);
   workspace_plan_free(&o->plan);
   free(o->cwd);
@@ -171,6 +187,7 @@ static const failure *job_failure(const opening *o) {
 static void job_ended(job *j, void (*next)(opening *)) {
   opening *o = j->data;
   o->job = NULL;
+  release_parent(o);
   o->files += atomic_load(&j->files);
   o->bytes += atomic_load(&j->bytes);
   failure f;
@@ -486,6 +503,8 @@ void method_fork(request *r, session *parent, const cJSON *params) {
   session *s = session_new(parent->profile, &f);
   if (!s) { reply_failure(r, &f); return; }
   opening *o = opening_new(r, s);
+  o->parent = parent;
+  parent->copied_by++;
   s->backend = parent->backend;
   param_bool(params, "progress", &o->progress, &f);
   if (!workspace_plan_fork(&o->plan, s, parent, &f)) { s->backend = NULL; abandon(o, &f); return; }

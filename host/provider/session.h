@@ -63,6 +63,8 @@ typedef struct session {
   void (*close_done)(void *data);
   void *close_data;
   bool closing;
+  unsigned copied_by;       /* forks whose copy reads this session's files right now (opening.c) */
+  struct request *close_req;   /* a close that came meanwhile: answered once they are done and the files gone */
   struct session *next;     /* in the table of open sessions */
 } session;
 
