@@ -242,21 +242,34 @@ static void begin_prepare(opening *o) {
 
 /* ====================================================== the backend */
 
-/* Removes what hiding put into the upper directory (whiteouts mean nothing without an overlay). */
-static void empty_upper(int upper_fd) {
+/* Removes what hiding put into the upper directory (whiteouts mean nothing without an overlay). 0 or -errno. */
+static int empty_upper(int upper_fd) {
   int fd = dir_fd(upper_fd);
   DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-  if (!d) { if (fd >= 0) close(fd); return; }
-  for (struct dirent *e; (e = readdir(d));)
-    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) tree_remove(dirfd(d), e->d_name);
+  if (!d) {
+    int err = -errno;
+    if (fd >= 0) close(fd);
+    return err;
+  }
+  int rc = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    int removed = tree_remove(dirfd(d), e->d_name);
+    if (rc == 0) rc = removed;
+  }
   closedir(d);
+  return rc;
 }
 
 /* The copy into the upper directory, after the kernel refused the overlay. */
 static void fill_work(job *j) {
   opening *o = j->data;
   o->copied.ok = o->tmp_copied.ok = o->hidden.ok = true;
-  empty_upper(o->s->written_fd);
+  int emptied = empty_upper(o->s->written_fd);
+  if (emptied < 0) {   /* a whiteout left there would turn up in the workspace as a device file */
+    o->copied.ok = fail_errno(&o->copied.f, -emptied, "open: emptying the workspace before the copy in", o->s->root);
+    return;
+  }
   copy_tree(o, j, o->plan.copy_from_fd, o->s->written_fd, o->s->ws.host_path, false, &o->copied);
 }
 
