@@ -78,11 +78,23 @@ static bool hoist(removal *rm, int dir, const char *name) {
   }
 }
 
-/* Unlinks what dir holds and moves its directories up; true when it changed anything. */
-static bool flatten(removal *rm, int dir) {
+/*
+** A listing of dir from its start. A dup shares dir's file offset, which
+** an earlier listing left at the end: without the rewind a second pass
+** over TOP would find it empty.
+*/
+static DIR *list_from_start(removal *rm, int dir) {
   int fd = dup(dir);
   DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-  if (!d) { note(rm, errno); if (fd >= 0) close(fd); return false; }
+  if (!d) { note(rm, errno); if (fd >= 0) close(fd); return NULL; }
+  rewinddir(d);
+  return d;
+}
+
+/* Unlinks what dir holds and moves its directories up; true when it changed anything. */
+static bool flatten(removal *rm, int dir) {
+  DIR *d = list_from_start(rm, dir);
+  if (!d) return false;
   fchmod(dir, 0700);
   bool changed = false;
   for (struct dirent *e; (e = readdir(d));) {
@@ -121,9 +133,8 @@ static bool take_hoisted(removal *rm, unsigned long from) {
 /* One pass over TOP's entries; true when it changed anything, *empty when it found none. */
 static bool pass(removal *rm, bool *empty) {
   *empty = false;
-  int fd = dup(rm->top);
-  DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-  if (!d) { note(rm, errno); if (fd >= 0) close(fd); return false; }
+  DIR *d = list_from_start(rm, rm->top);
+  if (!d) return false;
   *empty = true;
   fchmod(rm->top, 0700);
   bool changed = false;
