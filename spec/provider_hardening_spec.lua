@@ -199,6 +199,22 @@ for _, profile in ipairs(PROFILES) do
       end
     end)
 
+    it("answers a close whose directory cannot be removed with an error naming it; it goes when the provider stops", function()
+      if not ph.IS_ROOT then pending("needs root to mount") return end
+      local conn, root = start_limited(1024)
+      local s = ph.open(conn, profile_of(profile))
+      local mnt = root .. "/" .. ph.list(root)[1] .. "/" .. s.id .. "/tmp/m"
+      assert(os.execute("mkdir " .. mnt .. " && mount -t tmpfs smolwf-spec " .. mnt))
+      local closed = conn:call("close", s)
+      os.execute("umount " .. mnt)
+      assert.equals("io_error", closed.error and closed.error.code, closed.error and closed.error.message)
+      assert.matches("/" .. s.id .. " could not be removed: Device or resource busy", closed.error.message, 1, true)
+      assert.same({s.id}, ph.list(root .. "/" .. ph.list(root)[1]))
+      assert.same({}, conn:call("shutdown", {}).result)
+      assert.is_true(conn:wait_exit(10))
+      assert.same({}, ph.list(root))
+    end)
+
     it("bounds the bytes waiting for a process's stdin", function()
       local conn = ph.start()
       local s = ph.open(conn, profile_of(profile))

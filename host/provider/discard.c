@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include "context.h"
+#include "errcodes.h"
+#include "fd_reserve.h"
 #include "job.h"
 #include "root.h"
 #include "tree.h"
@@ -51,14 +53,26 @@ static void unlink_discard(discard *d) {
     if (*pp == d) { *pp = d->next; return; }
 }
 
+/* Answers a close: {}, or what kept the session's directory from going. */
+static void answer_close(request *r, const failure *left) {
+  if (left) reply_failure(r, left);
+  else reply_result(r, cJSON_CreateObject());
+}
+
 static void removed(job *j) {
   discard *d = j->data;
   unlink_discard(d);
   if (d->close_done) d->close_done(d->close_data);
-  if (d->rc < 0) fprintf(stderr, "smolwf-provider: removing session directory %s/%s: %s\n", root_path(), d->name, strerror(-d->rc));
-  if (d->r && d->failed) reply_failure(d->r, &d->f);
-  else if (d->r) reply_result(d->r, cJSON_CreateObject());
-  if (d->also) reply_result(d->also, cJSON_CreateObject());
+  failure left;
+  if (d->rc < 0) {   /* the root goes when the provider stops, and with it what is left here */
+    const char *code = strcmp(errno_code(-d->rc), "limit_exceeded") == 0 ? "limit_exceeded" : "io_error";
+    fail(&left, code, "close: session `%s` is closed, but its directory %s/%s could not be removed: %s",
+         d->name, root_path(), d->name, strerror(-d->rc));
+    fprintf(stderr, "smolwf-provider: %s\n", left.message);
+  }
+  if (d->r && d->failed) reply_failure(d->r, &d->f);   /* a failed open: its own failure says more */
+  else if (d->r) answer_close(d->r, d->rc < 0 ? &left : NULL);
+  if (d->also) answer_close(d->also, d->rc < 0 ? &left : NULL);
   free(d->name);
   free(d);
 }
@@ -97,6 +111,7 @@ void session_discard(session *s, request *r, const failure *f, request *also) {
   free(s->root);   /* the files are ours to remove too */
   s->root = NULL;
   session_free(s);
+  fd_reserve_restore();   /* a reserve spent on clean-up is held again from what the session gave back */
   discard_start(d);
 }
 

@@ -15,6 +15,8 @@
 ** Frees s (its backend already closed) and removes its directory on a
 ** job; then answers r with f (or {} when f is NULL), and `also` with {}
 ** (either may be NULL): a failed open, and the close that cancelled it.
+** A directory that could not be removed makes the close's answer an
+** error naming it and why.
 */
 void session_discard(session *s, request *r, const failure *f, request *also);
 
