@@ -208,6 +208,12 @@ describe("overlay workspaces", function()
     assert.equals("65534\nhello\nc.o\n", out)
     assert.equals("n\n", read(conn, s, "n"))
     assert.equals("nested\n", fs.read_file(dir .. "/sub/b.txt"))
+    -- overlay's work directory (made mode 000) goes too, though the provider is no root
+    assert.same({}, conn:call("close", s).result)
+    assert.same({}, ph.list(base .. "/" .. ph.list(base)[1]))
+    assert.same({}, conn:call("shutdown", {}).result)
+    assert.is_true(conn:wait_exit(10))
+    assert.same({}, ph.list(base))
   end)
 end)
 

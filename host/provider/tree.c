@@ -51,29 +51,38 @@ static bool is_dot(const char *name) {
 }
 
 /*
-** A command may leave a directory without write or search permission; an
-** unprivileged provider could then not empty it. Make it 0700 first,
-** through an O_PATH fd opened without following links, so a link swapped
-** in cannot make us chmod something outside.
+** A command may leave a directory without write or search permission
+** (overlay's own work directory is made mode 000); an unprivileged
+** provider could then neither empty it nor move it (moving a directory
+** rewrites its ".."). Make it 0700, through an O_PATH fd opened without
+** following links, so a link swapped in cannot make us chmod something
+** outside. False (errno set) when it cannot be reached.
 */
-static int open_dir_for_removal(int dirfd, const char *name) {
-  int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd >= 0 || errno != EACCES) return fd;
+static bool make_own_dir_writable(int dirfd, const char *name) {
   int pathfd = openat(dirfd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (pathfd < 0) return -1;
+  if (pathfd < 0) return false;
   char proc_path[64];
   snprintf(proc_path, sizeof proc_path, "/proc/self/fd/%d", pathfd);
   chmod(proc_path, 0700);
   close(pathfd);
+  return true;
+}
+
+static int open_dir_for_removal(int dirfd, const char *name) {
+  int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd >= 0 || errno != EACCES) return fd;
+  if (!make_own_dir_writable(dirfd, name)) return -1;
   return openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 }
 
 /* Moves directory `name` of dir up into TOP under the next number of our own. */
 static bool hoist(removal *rm, int dir, const char *name) {
+  bool made_writable = false;
   for (;;) {
     char moved[64];
     snprintf(moved, sizeof moved, HOISTED, rm->next++);
     if (renameat2(dir, name, rm->top, moved, RENAME_NOREPLACE) == 0) return true;
+    if (errno == EACCES && !made_writable && make_own_dir_writable(dir, name)) { made_writable = true; continue; }
     if (errno != EEXIST) { note(rm, errno); return false; }
   }
 }
