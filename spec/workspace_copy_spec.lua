@@ -175,6 +175,16 @@ local function stalling_bwrap(hang_probe)
   return dir .. "/bwrap", dir .. "/pids"
 end
 
+-- The pid the stand-in noted first, once its whole line is written; nil if none came within 10 s.
+local function stand_in_pid(pids)
+  local pid
+  ph.wait_until(function()
+    pid = (ph.read_host(pids) or ""):match("^(%d+)\n")
+    return pid ~= nil
+  end, 10)
+  return pid
+end
+
 local function stop_by(conn, how)
   if how == "shutdown" then conn:send("shutdown", {}) else conn:close_stdin() end
   assert.is_true(conn:wait_exit(5), "the provider did not exit at once")
@@ -198,7 +208,7 @@ describe("opens waiting for their sandbox", function()
       end
       local ev = req.events[1]
       assert.equals("sandbox", ev.phase)
-      local pid = assert((ph.read_host(pids) or ""):match("%d+"), "the stand-in sandbox did not start")
+      local pid = assert(stand_in_pid(pids), "the stand-in sandbox did not start")
       if how == "close" then
         assert.same({}, conn:call("close", {id = ev.session}, {timeout = 10}).result)
         assert.same({}, leftovers(base))
@@ -218,8 +228,7 @@ describe("opens waiting for their sandbox", function()
       if not bwrap then pending("no bubblewrap here") return end
       local conn, base = start({SMOLWF_BWRAP = bwrap})
       local req = conn:send("open", ph.open_params(BWRAP))
-      assert.is_true(ph.wait_until(function() return ph.read_host(pids) ~= nil end, 10), "the probe did not start")
-      local pid = ph.read_host(pids):match("%d+")
+      local pid = assert(stand_in_pid(pids), "the probe did not start")
       stop_by(conn, how)   -- the probe itself would wait 10 s
       assert.equals("unknown_session", req.error.code)
       assert.is_false(ph.alive(pid), "the probe's sandbox " .. pid .. " was left running")
