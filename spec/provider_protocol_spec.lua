@@ -108,6 +108,36 @@ describe("provider protocol", function()
     assert_all_gone(conn, pid, root)
   end)
 
+  -- The first describe waits for the bubblewrap probe, off the loop: a
+  -- shutdown or end of input right behind it gives the probe a second to
+  -- end, so the reply says what the machine really has.
+  it("answers a first describe that shutdown or end of input follows at once, truly", function()
+    local truth = ph.start():call("describe", {}).result.profiles
+    local conn = ph.start()
+    local describe = conn:send("describe", {})
+    local shutdown = conn:send("shutdown", {})
+    assert.is_true(conn:wait(shutdown, 10))
+    assert.same(truth, describe.result and describe.result.profiles)
+    assert.is_true(describe.seq < shutdown.seq)
+    conn = ph.start()
+    describe = conn:send("describe", {})
+    conn:close_stdin()
+    assert.is_true(conn:wait_exit(10))
+    assert.same(truth, describe.result and describe.result.profiles)
+  end)
+
+  it("answers a describe whose probe hangs at shutdown as cancelled, never as no isolation", function()
+    local dir = ph.tempdir()
+    require("smol.fs").write_file(dir .. "/bwrap", "#!/bin/sh\nexec sleep 60\n")
+    assert(os.execute("chmod 755 " .. dir .. "/bwrap"))
+    local conn = ph.start({env_extra = {SMOLWF_BWRAP = dir .. "/bwrap"}})
+    local describe = conn:send("describe", {})
+    conn:send("shutdown", {})
+    assert.is_true(conn:wait_exit(5), "the provider waited for the hung probe")
+    assert.equals("internal", describe.error and describe.error.code)
+    assert.matches("^describe: cancelled: ", describe.error.message)
+  end)
+
   it("on end of input does the same", function()
     local conn, pid, root = busy_provider()
     conn:close_stdin()

@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,9 @@
 /* A probe that takes longer than this is as good as broken. */
 #define PROBE_TIMEOUT_MS 10000
 
+/* A probe ends in 10-30 ms: a stopping provider gives it this long before it kills it. */
+#define STOP_GRACE_MS 1000
+
 typedef struct probe_waiter {
   void (*done)(void *data);
   void *data;
@@ -37,6 +41,8 @@ typedef struct probe_waiter {
 typedef struct bwrap_probe {
   bool done, running;
   bool usable;
+  bool cancelled;          /* killed by bwrap_probe_cancel: its answer says nothing */
+  atomic_bool reaped;      /* the job's thread has reaped the probe sandbox */
   char reason[768];
   char program[4096];
   /* The probe sandbox while it runs: spawned on the loop, waited for on a job's thread. */
@@ -120,6 +126,7 @@ static void await_probe(bwrap_probe *b) {
   kill(-b->pid, SIGKILL);   /* no-op after a normal exit; ends a probe that hung */
   while (waitpid(b->pid, &b->status, 0) < 0)
     if (errno != EINTR) { b->status = -errno; break; }
+  atomic_store(&b->reaped, true);
 }
 
 /* ====================================================== explaining a failure */
@@ -255,8 +262,17 @@ const char *bwrap_program(void) {
 void bwrap_probe_cancel(void) {
   bwrap_probe *b = part();
   if (!b->job) return;
-  kill(-b->pid, SIGKILL);   /* its stderr ends with it: the wait returns at once */
+  /* a describe waiting for it then gets the true answer */
+  for (int waited = 0; waited < STOP_GRACE_MS && !atomic_load(&b->reaped); waited += 2) usleep(2000);
+  if (!atomic_load(&b->reaped)) {
+    kill(-b->pid, SIGKILL);   /* its stderr ends with it: the wait returns at once */
+    b->cancelled = true;
+  }
   job_finish_now(b->job);
+}
+
+bool bwrap_probe_cancelled(void) {
+  return part()->cancelled;
 }
 
 void bwrap_probe_free(void) {

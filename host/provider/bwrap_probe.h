@@ -36,9 +36,15 @@ const char *bwrap_program(void);
 /*
 ** Ends a probe still running, and waits for it (the provider is stopping:
 ** a sandbox that hangs must not keep it for the probe's whole timeout).
-** Whoever waited for it hears, as after any probe.
+** A probe gets up to a second to end by itself first, so a describe sent
+** just before shutdown or end of input still gets the true answer; one
+** killed is cancelled (bwrap_probe_cancelled). Whoever waited for it
+** hears, as after any probe.
 */
 void bwrap_probe_cancel(void);
+
+/* Did bwrap_probe_cancel end the probe? Then its answer is no answer. */
+bool bwrap_probe_cancelled(void);
 
 /* Forgets the answer (at exit). */
 void bwrap_probe_free(void);

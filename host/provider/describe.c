@@ -15,6 +15,10 @@ static bool enforces_namespaces(const profile *p) {
 
 static void describe_now(void *data) {
   request *r = data;
+  if (bwrap_probe_cancelled()) {   /* killed, not failed: saying "isolation: none" would be untrue */
+    reply_error(r, "internal", "describe: cancelled: the provider stopped before it knew whether bubblewrap works here");
+    return;
+  }
   size_t n;
   const profile *all = profiles_all(&n);
   cJSON *list = cJSON_CreateArray();
