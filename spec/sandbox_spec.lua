@@ -139,6 +139,10 @@ describe("smol.sandbox", function()
       assert.has_error(function() sb.read_file("x") end)
       assert.has_error(function() sandbox.open{program = SEED, max_line_bytes = "1"} end,
         "sandbox.open: option max_line_bytes must be a positive integer")
+      -- a misspelled option is named, not taken for an absent one (an empty workspace)
+      local _, e = pcall(function() sandbox.open{program = SEED, worksapce = h.tempdir()} end)
+      assert.matches("sandbox_spec%.lua:%d+: sandbox%.open: unknown option `worksapce` %(known: program, "
+        .. "profile, workspace, .*on_progress%)$", e)
       assert.has_error(function() sb:exec{"a", time_out = 3} end, 'sandbox: exec: unknown option "time_out"')
       assert.has_error(function() sb:exec{"a", timeout = "3"} end,
         "sandbox: exec: option timeout must be a number, got string")

@@ -229,8 +229,21 @@ local function progress_events(opts)
   end
 end
 
+-- open's options; `connection` is smol.pool's (a provider it started).
+local OPEN_OPTIONS = {"program", "profile", "workspace", "cwd", "group", "open_timeout",
+  "max_line_bytes", "max_depth", "on_progress", "connection"}
+local is_open_option = {}
+for _, k in ipairs(OPEN_OPTIONS) do is_open_option[k] = true end
+
 local function check_open_opts(opts)
   if type(opts) ~= "table" then error("sandbox.open: expected a table of options", 3) end
+  -- a misspelled option would silently give a default (`worksapce`: an empty workspace)
+  for k in pairs(opts) do
+    if not is_open_option[k] then
+      error(("sandbox.open: unknown option `%s` (known: %s)"):format(tostring(k),
+        table.concat(OPEN_OPTIONS, ", ", 1, #OPEN_OPTIONS - 1)), 3)
+    end
+  end
   if opts.program ~= nil then jsonl.argv(opts.program, 4) end
   check_workspace(opts.workspace)
   for _, k in ipairs{"cwd", "group"} do
