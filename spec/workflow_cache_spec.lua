@@ -128,6 +128,13 @@ describe("the step cache", function()
     assert.are.equal("hit", select(2, run(dir)).build.cache.status)
   end)
 
+  it("--explain says why a step that is not cached ran", function()
+    local dir = project()
+    local r = run(dir, "--explain", "use")
+    assert.are.equal(0, r.code, r.stdout .. r.stderr)
+    assert.matches("explain use: not cached: the step declares no inputs or outputs %(nor cache = true%)\n", r.stderr)
+  end)
+
   it("evicts the least recently used entries beyond --cache-cap", function()
     local dir = project()
     local keys = {}

@@ -329,7 +329,10 @@ local function instance_outcome(S, inst)
   local outcome = (S.reuse and S.reuse[inst.id] and reuse_outcome(S, inst)) or condition_outcome(S, inst)
   if not outcome then
     if step_cache.enabled(S, S.defs[inst.id]) then outcome = run_cached(S, inst)
-    else outcome = run_attempts(S, inst) end
+    else
+      step_cache.explain_uncached(S, inst)
+      outcome = run_attempts(S, inst)
+    end
   end
   placement.explain_missing(S, inst, outcome)
   -- an own session ends with its instance (placed again, it opens afresh)

@@ -95,6 +95,15 @@ local function explain(S, inst, lines)
   if S.on_explain and S.explain and (S.explain[inst.step] or S.explain[inst.id]) then S.on_explain(inst, lines) end
 end
 
+-- Why an instance the cache does not look at ran (for --explain).
+function M.explain_uncached(S, inst)
+  local def = S.defs[inst.id]
+  local why = not S.cache and "not cached: the step cache is off for this run"
+    or def.cache == false and "not cached: the step says cache = false"
+    or "not cached: the step declares no inputs or outputs (nor cache = true)"
+  explain(S, inst, { why })
+end
+
 local function hit(S, inst, b, entry)
   local session = b.session()
   S.made_dirs = S.made_dirs or setmetatable({}, { __mode = "k" })
