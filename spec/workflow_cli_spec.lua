@@ -61,6 +61,17 @@ describe("smolwf run", function()
     assert.matches("unknown option '%-x' %(.*options for the script go after `%-%-`%)", r.stderr)
   end)
 
+  it("says why FILE is a word that followed --graph or --resume when there is no such file", function()
+    local r = run_cli { "run", "--graph", "svg", FIX .. "ok.lua" }
+    assert.are.equal(2, r.code)
+    assert.are.equal("smolwf run: cannot open svg: No such file or directory"
+      .. " (`svg` follows --graph, which takes dot or mermaid)\n", r.stderr)
+    r = run_cli { "run", "--resume", "/nonexistent/run", FIX .. "ok.lua" }
+    assert.are.equal(2, r.code)
+    assert.matches("cannot open /nonexistent/run: .* %(`/nonexistent/run` follows %-%-resume, which takes a run's"
+      .. " report directory: one holding report.json%)\n$", r.stderr)
+  end)
+
   it("prints its usage with --help", function()
     local r = run_cli { "run", "--help" }
     assert.are.equal(0, r.code)

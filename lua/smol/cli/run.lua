@@ -80,6 +80,10 @@ local function load_workflow(opts)
   arg = arg_table  -- the global too, as lua.c sets it, for modules that read it
   local chunk, err = env.load_file(opts.file, { arg = arg_table })
   if not chunk then
+    local untaken = opts.untaken
+    if untaken and untaken.word == opts.file then   -- `--graph svg wf.lua`: svg was taken for FILE
+      err = ("%s (`%s` follows %s, %s)"):format(err, untaken.word, untaken.option, untaken.hint)
+    end
     io.stderr:write("smolwf run: ", err, "\n")
     return nil, 2
   end

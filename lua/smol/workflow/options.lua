@@ -105,13 +105,15 @@ local GRAPH_FORMATS = { dot = true, mermaid = true }
 
 -- Options whose value may be left out; `takes(word)` says whether the next
 -- word is their value (a format name, a report directory).
+-- `hint` says why the next word was not taken, should it be no FILE.
 local OPTIONAL = {
   ["--graph"] = { field = "graph", default = "dot", takes = function(w) return GRAPH_FORMATS[w] end,
+    hint = "which takes dot or mermaid",
     check = function(v) if not GRAPH_FORMATS[v] then usage_error("--graph takes dot or mermaid, got '%s'", v) end end },
   ["--resume"] = { field = "resume", default = true, takes = function(w)
     local lfs = require "lfs"
     return lfs.attributes(w .. "/report.json", "mode") == "file"
-  end },
+  end, hint = "which takes a run's report directory: one holding report.json" },
 }
 
 local function known_options()
@@ -145,7 +147,10 @@ local function take_option(opts, args, i)
   local optional = OPTIONAL[name]
   if not optional then unknown_option(word) end
   local value = inline
-  if not value and args[i + 1] and optional.takes(args[i + 1]) then i = i + 1; value = args[i] end
+  if not value and args[i + 1] and optional.takes(args[i + 1]) then i = i + 1; value = args[i]
+  elseif not value and args[i + 1] then
+    opts.untaken = { option = name, word = args[i + 1], hint = optional.hint }
+  end
   if value and optional.check then optional.check(value) end
   opts[optional.field] = value or optional.default
   return i + 1
