@@ -92,6 +92,18 @@ describe("workflow summary", function()
     assert.is_nil(out:find("last stderr", 1, true))
   end)
 
+  it("without a width, gives the whole line of an error its note cut, below the row", function()
+    local long = "failed to start provider `/nonexistent/provider`: not_found: cannot run provider"
+      .. " `/nonexistent/provider`: no such file or directory"
+    local run = {name = "t", result = "failure", instances = {
+      {id = "a", status = "failed", error = long .. "\nsecond line", attempts = {{}}, duration = 0.01},
+      {id = "b", status = "failed", error = "short", attempts = {{}}, duration = 0.01}}}
+    local lines = helpers.lines(summary.render(run, PLAIN))
+    assert.matches("^✗  a%s.*  failed to start provider .*…$", lines[2])
+    assert.are.equal("   │ " .. long, lines[3])
+    assert.matches("^✗  b%s.*  short$", lines[4])
+  end)
+
   it("colours only when asked", function()
     local run = workflow_run.play(dir, {})
     assert.is_nil(summary.render(run, PLAIN):find("\27", 1, true))

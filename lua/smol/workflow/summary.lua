@@ -3,7 +3,8 @@
 -- line with the result and counts, and where the report is. Given a width
 -- (by default the terminal's, when stdout is one) the table fits it: the
 -- columns stay whole, ids are cut in the middle if need be, and the note
--- wraps in its column or, when that is too narrow, below its row.
+-- wraps in its column or, when that is too narrow, below its row. Without
+-- one (a log) a long note is cut and its whole line follows the row.
 local core = require "smol.core"
 local text = require "smol.workflow.text"
 local pool_view = require "smol.workflow.pool_view"
@@ -14,8 +15,10 @@ local HEADERS = {"", "STEP", "STATUS", "TIME", "TRIES", "EXIT", "NOTE"}
 local RIGHT_ALIGNED = {[4] = true, [5] = true, [6] = true}
 local ORDER = {"success", "failed", "timed_out", "cancelled", "skipped", "running", "queued", "pending"}
 
--- Without a width, a note longer than this is cut (the report has it all).
+-- Without a width, a note longer than this is cut, and its whole line (up
+-- to MAX_FULL_NOTE) follows the row: a log has no report beside it.
 local MAX_NOTE = 72
+local MAX_FULL_NOTE = 2000
 -- With a width, the note column is at least this wide, else notes go on
 -- lines of their own below their row.
 local MIN_NOTE = 16
@@ -26,22 +29,35 @@ local SEP = "  "
 -- Lines of a failed step's stderr shown below its row.
 M.STDERR_LINES = 8
 
+-- The note, and the whole line when the note is cut.
 local function note_of(inst, opts)
   if inst.error == nil then return "" end
   local line = text.terminal_line((tostring(inst.error):match("^[^\n]*")))
   line = text.strip_status(inst.status, line)
-  return opts.width and line or text.truncate(line, MAX_NOTE)
+  if opts.width then return line end
+  local note = text.truncate(line, MAX_NOTE)
+  return note, note ~= line and text.truncate(line, MAX_FULL_NOTE) or nil
+end
+
+-- A failed step's details below its row: the whole error when its note
+-- was cut, then its stderr tail (or a replay mismatch's table).
+local function details_of(inst, full)
+  local tail = text.failure_details(inst, M.STDERR_LINES)
+  if full then table.insert(tail, 1, full) end
+  return tail
 end
 
 local function row_of(inst, opts)
   local reused = text.reuse_label(inst)
+  local note, full
+  if reused then note = text.terminal_line(reused) else note, full = note_of(inst, opts) end
   return {
     -- on a pool, where it ran: "test[shard=2] @n2"
     text.mark(inst.status), text.terminal_line(tostring(inst.id) .. (inst.placement and ("  " .. pool_view.tag(inst, opts.pool))
       or "")), reused and reused:match("^%S+") or text.word(inst.status),
     text.ran(inst) and text.duration(inst.duration) or "-", tostring(inst.attempts and #inst.attempts or 0),
-    inst.exit_code and tostring(inst.exit_code) or "-", reused and text.terminal_line(reused) or note_of(inst, opts),
-    status = inst.status, tail = text.failure_details(inst, M.STDERR_LINES),
+    inst.exit_code and tostring(inst.exit_code) or "-", note,
+    status = inst.status, tail = details_of(inst, full),
   }
 end
 
