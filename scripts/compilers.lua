@@ -30,7 +30,8 @@ return wf.define {
   name = "compilers",
   sandbox = { workspace = sources },
   env = { LC_ALL = "C" },
-  secrets = { UPLOAD_TOKEN = { env = "UPLOAD_TOKEN" } },
+  -- optional: only the upload step needs it, and that step is off by default
+  secrets = { UPLOAD_TOKEN = { env = "UPLOAD_TOKEN", optional = true } },
   steps = {
     { name = "check", matrix = MATRIX, isolate = true,
       inputs = { "*.c", "*.h", "Makefile" }, outputs = { "out" },
@@ -42,7 +43,10 @@ return wf.define {
         return { flags = flags, size = ctx:stat("out/calc").size }
       end },
     { name = "upload", needs = "check",
-      when = function(ctx) return ctx.params.upload == "yes", "upload is off (--param upload=yes)" end,
+      when = function(ctx)
+        if ctx.params.upload ~= "yes" then return false, "upload is off (--param upload=yes)" end
+        return ctx.secrets.UPLOAD_TOKEN ~= nil, "UPLOAD_TOKEN is not set"
+      end,
       run = function(ctx)
         -- The token reaches the command as $UPLOAD_TOKEN and is masked in every log.
         ctx:sh('test -n "$UPLOAD_TOKEN" && echo "would upload with token $UPLOAD_TOKEN"')

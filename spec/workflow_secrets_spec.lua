@@ -78,6 +78,35 @@ describe("workflow secrets", function()
     assert.are.equal(2, r.code)
     assert.matches("^smolwf run: secret KEY is 3 bytes long: secrets shorter than 4 bytes are refused", r.stderr)
   end)
+
+  it("may be optional: absent, the variable is unset; given, it is masked as any other", function()
+    local dir = h.temp_dir()
+    local fs = require "smol.fs"
+    fs.mkdir_p(dir)
+    local file = dir .. "/wf.lua"
+    fs.write_file(file, [[
+local wf = require "smol.workflow"
+return wf.define{name = "opt", sandbox = {profile = "local/default"},
+  secrets = {DEPLOY = {env = "SPEC_ABSENT", optional = true}, GIVEN = {param = "given", optional = true}},
+  steps = {{name = "s", run = function(ctx)
+    ctx:sh('echo "deploy=${DEPLOY-unset} given=${GIVEN-unset}"')
+    ctx.log("lua sees", tostring(ctx.secrets.DEPLOY))
+  end}}}
+]])
+    local env = { PATH = os.getenv("PATH") }
+    local r = h.smolwf({ "run", "--report-dir", dir .. "/r1", file }, { env = env })
+    assert.are.equal(0, r.code, r.stdout .. r.stderr)
+    assert.matches("deploy=unset given=unset\n", r.stdout)
+    assert.matches("lua sees nil", r.stdout)
+    r = h.smolwf({ "run", "--report-dir", dir .. "/r2", file, "--param", "given=" .. KEY }, { env = env })
+    assert.are.equal(0, r.code, r.stdout .. r.stderr)
+    assert.matches("deploy=unset given=%*%*%*\n", r.stdout)
+    assert.is_nil(r.stdout:find(KEY, 1, true))
+    fs.write_file(dir .. "/bad.lua", (h.read(file):gsub("optional = true}, GIVEN", "optional = 1}, GIVEN")))
+    r = h.smolwf({ "run", dir .. "/bad.lua" }, { env = env })
+    assert.are.equal(2, r.code)
+    assert.matches("secret 'DEPLOY'.*optional", r.stderr)
+  end)
 end)
 
 describe("the masker", function()

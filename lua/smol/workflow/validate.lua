@@ -23,7 +23,7 @@ local STEP_FIELDS = {
   inputs = "globs", outputs = "globs", cache = "boolean",
 }
 -- A secret comes from the host's environment or from a --param.
-local SECRET_FIELDS = { env = "string", param = "string" }
+local SECRET_FIELDS = { env = "string", param = "string", optional = "boolean" }
 -- sandbox.open's options (smol.sandbox): a misspelled one would be ignored.
 local SANDBOX_FIELDS = {
   program = "program", profile = "profile", workspace = "workspace", cwd = "string",
