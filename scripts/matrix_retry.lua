@@ -2,7 +2,7 @@
 -- attempt exits 75, "temporary failure"), and the retry predicate re-runs
 -- only on that code, with exponential backoff.
 --
---   smolwf run scripts/matrix_retry.lua [--param shards=4]
+--   smolwf run scripts/matrix_retry.lua
 local wf = require "smol.workflow"
 
 local TEMPFAIL = 75
