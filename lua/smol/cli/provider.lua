@@ -12,7 +12,8 @@ methods that FILE.lua returns. ARGS are passed to FILE.lua as `...`.
 A host starts a provider as `PROGRAM serve`, so `smolwf provider FILE.lua
 [ARGS...] serve` does the same: that is how
 sandbox.open{program = {"smolwf", "provider", "FILE.lua", ARGS...}} serves
-FILE.lua (provider_server.program(FILE, ARGS...) makes that list).
+FILE.lua (require("smol.provider.server").program(FILE, ARGS...) makes that
+list).
 
 options:
   --help            this text
