@@ -139,6 +139,14 @@ describe("testing.sandbox misuse", function()
   end)
 end)
 
+describe("a fixture with sandbox.open's own open_timeout", function()
+  local sb = testing.sandbox{profile = "local/default", open_timeout = 30}
+
+  it("opens its session with it", function()
+    assert.is_true(sb:exec{"true"}.ok)
+  end)
+end)
+
 describe("the fixture's spawned processes", function()
   local sb = testing.sandbox{profile = "local/default", workspace = "spec/fixtures/greeter"}
 

@@ -57,7 +57,8 @@ local function busted_env(wanted)
   end
 end
 
-local OPEN_OPTIONS = {program = true, profile = true, workspace = true, cwd = true, group = true}
+local OPEN_OPTIONS = {program = true, profile = true, workspace = true, cwd = true, group = true,
+  open_timeout = true, on_progress = true}
 local FIXTURE_OPTIONS = {fresh = true, files = true, open = true, setup = true}
 
 local function check_options(opts)
@@ -66,8 +67,8 @@ local function check_options(opts)
   end
   for k in pairs(opts) do
     if not OPEN_OPTIONS[k] and not FIXTURE_OPTIONS[k] then
-      error(("testing.sandbox: unknown option `%s` (known: cwd, files, fresh, group, open,"
-        .. " profile, program, setup, workspace)"):format(tostring(k)), 3)
+      error(("testing.sandbox: unknown option `%s` (known: cwd, files, fresh, group, on_progress, open,"
+        .. " open_timeout, profile, program, setup, workspace)"):format(tostring(k)), 3)
     end
   end
   if opts.setup ~= nil and type(opts.setup) ~= "function" then
@@ -218,7 +219,7 @@ end
 -- before its first test and closed after its last one, or with
 -- `fresh = true` opened anew (fresh workspace) before each test and closed
 -- after it. Options: those of sandbox.open (program, profile, workspace,
--- cwd, group), `files = {path = content}` written after each open,
+-- cwd, group, open_timeout, on_progress), `files = {path = content}` written after each open,
 -- `setup = function(sb) end` run after that (with `fresh`: once, and each
 -- test gets a fork of the set-up session), and `open` (a function
 -- replacing sandbox.open). After each close the fixture checks that the
