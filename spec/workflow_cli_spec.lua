@@ -57,6 +57,9 @@ describe("smolwf run", function()
     assert.are.equal("smolwf run: unknown option '--keepgoing' (did you mean '--keep-going'?)\n", r.stderr)
     r = run_cli { "run", "--job=2", FIX .. "ok.lua" }
     assert.matches("unknown option '%-%-job=2' %(did you mean '%-%-jobs'%?%)", r.stderr)
+    r = run_cli { "run", "--profile", "bogus", FIX .. "ok.lua" }
+    assert.are.same({ 2, "smolwf run: --profile needs PROVIDER/NAME (e.g. bwrap/default), got 'bogus'\n" },
+      { r.code, r.stderr })
     r = run_cli { "run", FIX .. "ok.lua", "-x" }
     assert.matches("unknown option '%-x' %(.*options for the script go after `%-%-`%)", r.stderr)
   end)

@@ -85,6 +85,14 @@ local function set(field, convert)
   return function(opts, name, value) opts[field] = convert and convert(name, value) or value end
 end
 
+-- "PROVIDER/NAME", as sandbox.open takes it: checked here, before any step fails on it.
+local function profile_name(name, value)
+  if not value:match("^[^/]+/.+$") then
+    usage_error("%s needs PROVIDER/NAME (e.g. bwrap/default), got '%s'", name, value)
+  end
+  return value
+end
+
 local function param(opts, _, value)
   local k, v = value:match("^([^=]+)=(.*)$")
   if not k then usage_error("--param needs KEY=VALUE, got '%s'", value) end
@@ -95,7 +103,7 @@ end
 local VALUED = {
   ["--jobs"] = set("jobs", count), ["--step"] = list("steps"), ["--param"] = param,
   ["--report-dir"] = set("report_dir"), ["--path"] = list("paths"), ["--record"] = set("record"),
-  ["--replay"] = set("replay"), ["--profile"] = set("profile"), ["--explain"] = list("explain"),
+  ["--replay"] = set("replay"), ["--profile"] = set("profile", profile_name), ["--explain"] = list("explain"),
   ["--keep-runs"] = set("keep_runs", count), ["--grace"] = set("grace", seconds),
   ["--log-cap"] = set("log_cap", M.size), ["--cache-dir"] = set("cache_dir"),
   ["--cache-cap"] = set("cache_cap", M.size),
