@@ -26,6 +26,8 @@ describe("workflow text helpers", function()
     local line = text.terminal_line("\27[31mred\27[0m\tok\r\27]0;title\7 \1done\127")
     assert.are.equal("red  ok done", line)
     assert.is_nil(line:find("[%c]"))
+    assert.are.same({"ab", "ab", "plain text"},
+      {text.terminal_line("a\nb"), text.terminal_line("a\0b"), text.terminal_line("plain text")})
   end)
 
   it("truncates by characters, marking the cut", function()

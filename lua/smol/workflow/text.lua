@@ -61,14 +61,6 @@ function M.strip_ansi(s)
   return (s:gsub("\27[@-_]", ""))                 -- any other two-byte escape
 end
 
---- One line safe to print inside our own terminal layout: no escapes,
---- no control characters (a stray \r or \27 would wreck the live view).
-function M.terminal_line(s)
-  s = M.strip_ansi(M.valid_utf8(s))
-  s = s:gsub("\t", "  ")
-  return (s:gsub("[%z\1-\31\127]", ""))
-end
-
 -- Control bytes other than "\n", each looked for with a plain find (memchr):
 -- 31 such scans of a chunk cost less than one character-class scan in Lua.
 local CONTROL_BYTES = {}
@@ -80,6 +72,15 @@ local function has_control(s)
     if s:find(c, 1, true) then return true end
   end
   return false
+end
+
+--- One line safe to print inside our own terminal layout: no escapes,
+--- no control characters (a stray \r or \27 would wreck the live view).
+function M.terminal_line(s)
+  s = M.strip_ansi(M.valid_utf8(s))
+  if not has_control(s) and not s:find("\n", 1, true) then return s end   -- the common case
+  s = s:gsub("\t", "  ")
+  return (s:gsub("[%z\1-\31\127]", ""))
 end
 
 --- terminal_line for many lines at once: the same cleaning, newlines kept.
