@@ -32,6 +32,11 @@ describe("sandbox.host", function()
     return s
   end
 
+  it("names an unknown option (a misspelled cwd would run in the current directory)", function()
+    local _, e = pcall(function() sandbox.host{cdw = dir} end)
+    assert.matches("localhost_spec%.lua:%d+: sandbox%.host: unknown option `cdw` %(known: cwd%)$", e)
+  end)
+
   describe("files", function()
     it("writes and reads binary content on disk, relative to cwd", function()
       host:write_file("a.bin", "\0\1\255")

@@ -359,6 +359,9 @@ local host_program
 function sandbox.host(opts)
   opts = opts or {}
   if type(opts) ~= "table" then error("sandbox.host: expected a table of options", 2) end
+  for k in pairs(opts) do
+    if k ~= "cwd" then error(("sandbox.host: unknown option `%s` (known: cwd)"):format(tostring(k)), 2) end
+  end
   local cwd = opts.cwd or "."
   if type(cwd) ~= "string" then error("sandbox.host: cwd must be a string", 2) end
   if not host_program then
