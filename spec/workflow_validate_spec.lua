@@ -61,6 +61,10 @@ describe("workflow validation", function()
       { name = "a", run = noop, sandbox = { profile = 3 } } } }
     assert.matches("workflow sandbox: unknown field 'workspce' %(did you mean 'workspace'%?%)", msg)
     assert.matches("step 'a' sandbox: field 'profile' must be a string or {provider = ..., name = ...}, got 3", msg)
+    -- sandbox.open's open_timeout, for a workspace whose copy takes long
+    assert.matches("workflow sandbox: field 'open_timeout' must be a positive number, got 0",
+      problems_of { sandbox = { open_timeout = 0 }, steps = { { name = "a", run = noop } } })
+    assert.is_true(pcall(validate.check, { sandbox = { open_timeout = math.huge }, steps = { { name = "a", run = noop } } }))
   end)
 
   it("reports missing names and run functions, by position", function()

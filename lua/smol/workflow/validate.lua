@@ -28,6 +28,7 @@ local SECRET_FIELDS = { env = "string", param = "string", optional = "boolean" }
 local SANDBOX_FIELDS = {
   program = "program", profile = "profile", workspace = "workspace", cwd = "string",
   group = "string", max_line_bytes = "count", max_depth = "count", pool = "pool",
+  open_timeout = "positive",
 }
 local RETRY_FIELDS = { attempts = "count", backoff = "nonnegative", when = "function" }
 
