@@ -242,6 +242,53 @@ describe("smol.jsonl", function()
       broken({"null_id"}, "without an id %(invalid_request: bad line%)")
     end)
 
+    -- Lines a lenient decoder would read as something else than was written.
+    describe("refuses a reply line that does not mean exactly what it says", function()
+      local RESULT = '{"id":ID,"result":{"exit_code":0,"stdout_base64":"","stderr_base64":""}}'
+
+      it("a key twice in one object (top level or nested), naming the key", function()
+        broken({"raw", '{"id":ID,"result":{"exit_code":1},"result":{"exit_code":0}}'},
+          "provider `.*` sent a line with the key `result` twice in one object")
+        broken({"raw", '{"id":ID,"result":{"exit_code":0,"exit_code":1,"stdout_base64":""}}'},
+          "sent a line with the key `exit_code` twice in one object")
+        broken({"raw", '{"id":ID,"id":ID,"result":{}}'}, "the key `id` twice")
+      end)
+
+      it("an id beyond 2^53, which would be read as a neighbour", function()
+        broken({"raw", '{"id":9007199254740993,"result":{}}'},
+          "sent an id that is not an integer of magnitude below 2%^53 %(read as 9007199254740992%)")
+        broken({"raw", '{"id":1.5,"result":{}}'}, "not an integer of magnitude below 2%^53 %(read as 1.5%)")
+      end)
+
+      it("an escaped NUL where the host would read the string cut at it", function()
+        broken({"raw", '{"id":ID,"event":{"type":"stdout\\u0000x","data_base64":"aGk="}}', RESULT},
+          "sent an event holding \\u0000 %(NUL%)")
+        broken({"raw", '{"id":ID,"result\\u0000x":{"exit_code":0}}'},
+          "sent a key or an id holding \\u0000 %(NUL%)")
+      end)
+
+      it("two objects on one line, or text after the object", function()
+        broken({"raw", RESULT .. RESULT}, "sent text after the JSON value %(at byte %d+ of %d+%): one message per line")
+        broken({"raw", RESULT .. " x"}, "sent text after the JSON value")
+      end)
+
+      it("fails every request in flight, and leaves nothing running", function()
+        local conn = start(FAULT)
+        open(conn)
+        local hang = task.spawn(function() return conn:request("exec", {argv = {"hang"}}) end)
+        assert.is_true(h.wait_until(function() return conn:in_use() end))
+        local e = h.catch(conn.request, conn, "exec", {argv = {"raw", '{"id":ID,"result":{},"result":{}}'}})
+        assert.is_true(errors.is(e, "protocol"), tostring(e))
+        local e2 = h.catch(hang.join, hang)
+        for _, err in ipairs{e, e2} do
+          assert.is_true(errors.is(err, "protocol"), tostring(err))
+          assert.matches("the key `result` twice", err.message)
+        end
+        assert.is_true(h.wait_until(function() return conn.exit_code ~= nil end))
+        assert.is_false(h.alive(conn.pid))
+      end)
+    end)
+
     it("caps the nesting depth", function()
       broken({"deep", "40"}, "too many nested", {max_depth = 16})
     end)

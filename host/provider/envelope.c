@@ -23,14 +23,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json_keys.h"
 #include "utf8.h"
 
 /* Integer ids must stay below 2^53: from there on, two ids read as the same double. */
 #define ID_LIMIT 9007199254740992.0
 /* How much of a bad line an error message quotes. */
 #define QUOTE_BYTES 80
-/* Objects with more members than this are checked for duplicate keys by sorting. */
-#define FEW_MEMBERS 8
 
 /* ===== the line's own problems ===== */
 
@@ -74,48 +73,6 @@ static bool line_problem(const char *line, size_t len, char *why, size_t size) {
     return true;
   }
   return false;
-}
-
-/* ===== duplicate keys ===== */
-
-static int by_key(const void *a, const void *b) {
-  return strcmp((*(const cJSON *const *)a)->string, (*(const cJSON *const *)b)->string);
-}
-
-/* The first key that occurs twice in obj's own members (not nested), or NULL. */
-static const char *duplicate_member(const cJSON *obj) {
-  size_t n = 0;
-  for (const cJSON *c = obj->child; c; c = c->next) n++;
-  if (n <= FEW_MEMBERS) {
-    for (const cJSON *a = obj->child; a; a = a->next)
-      for (const cJSON *b = a->next; b; b = b->next)
-        if (strcmp(a->string, b->string) == 0) return a->string;
-    return NULL;
-  }
-  const cJSON **keys = malloc(n * sizeof *keys);
-  if (!keys) abort();
-  size_t i = 0;
-  for (const cJSON *c = obj->child; c; c = c->next) keys[i++] = c;
-  qsort(keys, n, sizeof *keys, by_key);
-  const char *dup = NULL;
-  for (i = 1; i < n && !dup; i++)
-    if (strcmp(keys[i - 1]->string, keys[i]->string) == 0) dup = keys[i]->string;
-  free(keys);
-  return dup;
-}
-
-/* The first duplicate key anywhere in v, or NULL. */
-static const char *duplicate_key(const cJSON *v) {
-  if (!cJSON_IsObject(v) && !cJSON_IsArray(v)) return NULL;
-  if (cJSON_IsObject(v)) {
-    const char *dup = duplicate_member(v);
-    if (dup) return dup;
-  }
-  for (const cJSON *c = v->child; c; c = c->next) {
-    const char *dup = duplicate_key(c);
-    if (dup) return dup;
-  }
-  return NULL;
 }
 
 /* ===== the id ===== */
@@ -199,7 +156,7 @@ static void decode_message(const cJSON *msg, const cJSON *shadow, const char *wh
   const cJSON *params = cJSON_GetObjectItemCaseSensitive(msg, "params");
   const char *name = cJSON_IsString(method) && !why ? method->valuestring : "";
   request *r = request_new(id_json, strlen(name) < REQUEST_METHOD_MAX ? name : "");
-  const char *dup = why ? NULL : duplicate_key(msg);
+  const char *dup = why ? NULL : json_duplicate_key(msg);
   if (why)
     reply_error(r, "invalid_request", "%s", why);
   else if (dup)

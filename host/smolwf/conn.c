@@ -22,11 +22,15 @@
 #include "plain_line.h"
 
 #include <errno.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
 #include <lauxlib.h>
+
+#include "json_keys.h"
 
 #define CONN_MT "smol.conn"
 #define OUTPUT_EVENT_MT "smol.conn.output_event"
@@ -216,21 +220,73 @@ static int check_envelope(lua_State *L, const cJSON *msg, const char *line, size
   return 1;
 }
 
+/*
+** An id the host could have sent: a string, or an integer of magnitude
+** below 2^53. A number beyond is read as a neighbouring double
+** (9007199254740993 as ...992): it would be matched to a request it
+** does not name. 0 with the fault pushed otherwise.
+*/
+static int check_id(lua_State *L, const cJSON *id) {
+  if (!cJSON_IsNumber(id)) return 1;
+  double d = id->valuedouble;
+  if (floor(d) == d && fabs(d) < 9007199254740992.0) return 1;
+  char text[40];
+  snprintf(text, sizeof text, "%.17g", d);
+  lua_pushfstring(L, "sent an id that is not an integer of magnitude below 2^53 (read as %s): "
+                  "it cannot be matched to a request exactly", text);
+  return 0;
+}
+
+/*
+** A line with \u0000 is decoded twice: by cJSON, whose strings end at
+** the NUL, and by lua-cjson into the table at exact, which keeps it. The
+** bodies of results and errors come from the table; what the host reads
+** from cJSON (the envelope's keys, the id, events) must read the same in
+** both, or the line is refused rather than read cut. 0 with the fault
+** pushed when it does not.
+*/
+static int exact_agrees(lua_State *L, const cJSON *msg, const envelope *e, int exact) {
+  if (e->kind != NULL && strcmp(e->kind, "event") == 0)
+    return push_fault(L, "sent an event holding %s (NUL): the strings of an event may not hold it", "\\u0000", "");
+  for (const cJSON *m = msg->child; m != NULL; m = m->next) {
+    int found = lua_getfield(L, exact, m->string) != LUA_TNIL;
+    if (found && m == e->id && cJSON_IsString(m))
+      found = lua_type(L, -1) == LUA_TSTRING && lua_rawlen(L, -1) == strlen(m->valuestring);
+    lua_pop(L, 1);
+    if (!found) return push_fault(L, "sent a key or an id holding %s (NUL), which the host would read cut at it", "\\u0000", "");
+  }
+  return 1;
+}
+
 /* Only whitespace from p to the end of the line. */
 static int only_space(const char *p, const char *end) {
   while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')) p++;
   return p == end;
 }
 
-/* Parses len bytes at text; NULL with the fault pushed when it is not one JSON value. */
+/*
+** Parses len bytes at text; NULL with the fault pushed when it is not one
+** JSON value, or when an object in it has a key twice (cJSON's lookups
+** find the first, where another reader of the line, a recording's or a
+** person's, may take the last).
+*/
 static cJSON *parse(lua_State *L, const char *text, size_t len) {
   const char *end = NULL;
   json_arena_reset();
   cJSON *msg = cJSON_ParseWithLengthOpts(text, len, &end, 0);
-  if (msg != NULL && only_space(end, text + len)) return msg;
-  cJSON_Delete(msg);
+  if (msg != NULL && only_space(end, text + len)) {
+    const char *dup = json_duplicate_key(msg);
+    if (dup == NULL) return msg;
+    lua_pushfstring(L, "sent a line with the key `%s` twice in one object (duplicate keys are refused)", dup);
+    cJSON_Delete(msg);
+    return NULL;
+  }
   size_t at = end != NULL && end >= text ? (size_t)(end - text) : 0;
-  lua_pushfstring(L, "sent a line that is not valid JSON (at byte %d of %d)", (int)at + 1, (int)len);
+  if (msg != NULL)
+    lua_pushfstring(L, "sent text after the JSON value (at byte %d of %d): one message per line", (int)at + 1, (int)len);
+  else
+    lua_pushfstring(L, "sent a line that is not valid JSON (at byte %d of %d)", (int)at + 1, (int)len);
+  cJSON_Delete(msg);
   return NULL;
 }
 
@@ -448,7 +504,7 @@ static void add_data(lua_State *L, const cJSON *ev, int ev_idx) {
 */
 static void route(lua_State *L, conn *c, cJSON *msg, const char *line, size_t len, const payload *pl, int exact) {
   envelope e;
-  if (!check_envelope(L, msg, line, len, &e)) {
+  if (!check_envelope(L, msg, line, len, &e) || !check_id(L, e.id) || (exact && !exact_agrees(L, msg, &e, exact))) {
     cJSON_Delete(msg);
     fault(L, c);
     return;
