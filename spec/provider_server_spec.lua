@@ -60,14 +60,56 @@ describe("provider.server framing and ids", function()
     p:send('{"id":"1","method":"echo","params":{}}')
     local _, line = p:next()
     assert.matches('^{"id":"1","result"', line)
-    p:send('{"id":9007199254740992,"method":"release","params":{"gate":"g"}}')
+    p:send('{"id":9007199254740991,"method":"release","params":{"gate":"g"}}')
     local seen = {}
     for _ = 1, 2 do
       local _, l = p:next()
       seen[#seen + 1] = l:match('^{"id":([^,]+),')
     end
     table.sort(seen)
-    assert.same({"1", "9007199254740992"}, seen)
+    assert.same({"1", "9007199254740991"}, seen)
+  end)
+
+  it("refuses an id from 2^53 on (it could not be echoed exactly) with id null", function()
+    p:send('{"id":9007199254740993,"method":"echo","params":{}}')
+    local reply, line = p:next()
+    assert.matches('^{"id":null,"error"', line)
+    assert.same("invalid_request", reply.error.code)
+    assert.matches("integer of magnitude below 2^53", reply.error.message, 1, true)
+  end)
+
+  -- Lines lua-cjson would read otherwise than they are written.
+  it("refuses a key twice, \\u0000, and text after the request, by the request's id", function()
+    for _, case in ipairs{
+      {'{"id":5,"method":"echo","method":"teleport","params":{}}', 5, "duplicate key `method`"},
+      {'{"id":6,"method":"echo","params":{"a":1,"a":2}}', 6, "duplicate key `a`"},
+      {'{"id":7,"id":8,"method":"echo"}', cjson.null, "duplicate key `id`"},
+      {'{"id":9,"method":"echo\\u0000x","params":{}}', 9, "\\u0000"},
+      {'{"id":"a\\u0000b","method":"echo","params":{}}', cjson.null, "\\u0000"},
+      {'{"id":10,"method":"echo","params":{}} x', 10, "text after the JSON value"},
+    } do
+      p:send(case[1])
+      local reply = p:next()
+      assert.same(case[2], reply.id, case[1])
+      assert.same("invalid_request", reply.error.code, case[1])
+      assert.matches(case[3], reply.error.message, 1, true)
+    end
+    p:send('{"id":11,"method":"echo","params":{}}{"id":12,"method":"echo","params":{}}')
+    local ids = {}
+    for _ = 1, 2 do
+      local reply = p:next()
+      assert.same("invalid_request", reply.error.code)
+      ids[#ids + 1] = reply.id
+    end
+    assert.same({11, 12}, ids)
+  end)
+
+  it("answers a line that is not UTF-8 with id null, in valid UTF-8", function()
+    p:send('{"id":13,"method":"echo\xff\xfe","params":{}}')
+    local reply, line = p:next()
+    assert.same(cjson.null, reply.id)
+    assert.matches("not valid UTF-8 (byte 0xff at offset 23)", reply.error.message, 1, true)
+    assert.is_not_nil(utf8.len(line))
   end)
 
   it("refuses an id already in flight, naming it", function()
@@ -102,6 +144,25 @@ describe("provider.server validation", function()
     assert.is_table(reply.error, "expected an error reply for " .. method)
     return reply.error
   end
+
+  it("names `params` when a method that needs fields gets none", function()
+    p:send('{"id":1,"method":"read_file"}')
+    local e = p:next().error
+    assert.same("invalid_request", e.code)
+    assert.same("read_file: missing field `params` (an object)", e.message)
+  end)
+
+  it("writes only valid UTF-8: a result with other bytes is an internal error, a message is repaired", function()
+    p:request(1, "raw_name", {})
+    local reply, line = p:next()
+    assert.same("internal", reply.error.code)
+    assert.matches("method `raw_name` returned a string that is not valid UTF-8 (byte 0xff;", reply.error.message, 1, true)
+    assert.is_not_nil(utf8.len(line))
+    p:request(2, "raw_name", {fail = true})
+    reply, line = p:next()
+    assert.same({code = "not_found", message = "no file `a\u{FFFD}\u{FFFD}b`"}, reply.error)
+    assert.is_not_nil(utf8.len(line))
+  end)
 
   it("checks params against the protocol's shapes, naming the field", function()
     local e = error_for("exec", {session = SESSION})

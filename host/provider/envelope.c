@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json_keys.h"
+#include "json_rules.h"
 #include "utf8.h"
 
 /* Integer ids must stay below 2^53: from there on, two ids read as the same double. */
@@ -32,29 +32,6 @@
 #define QUOTE_BYTES 80
 
 /* ===== the line's own problems ===== */
-
-/* Calls fn(at) for each \u0000 escape inside a string of the line (at: the offset of its 'u'). */
-static size_t each_nul_escape(char *line, size_t len, void (*fn)(char *line, size_t at)) {
-  if (!memmem(line, len, "\\u0000", 6)) return 0;   /* the common case, found at memmem's speed */
-  size_t found = 0;
-  bool in_string = false, escaped = false;
-  for (size_t i = 0; i < len; i++) {
-    char c = line[i];
-    if (!in_string) { in_string = c == '"'; continue; }
-    if (escaped) {
-      escaped = false;
-      if (c == 'u' && i + 4 < len && memcmp(line + i + 1, "0000", 4) == 0) {
-        found++;
-        if (fn) fn(line, i);
-      }
-    } else if (c == '\\') {
-      escaped = true;
-    } else if (c == '"') {
-      in_string = false;
-    }
-  }
-  return found;
-}
 
 /* What is wrong with the line as text, written into why; false when nothing is. */
 static bool line_problem(const char *line, size_t len, char *why, size_t size) {
@@ -68,7 +45,7 @@ static bool line_problem(const char *line, size_t len, char *why, size_t size) {
     snprintf(why, size, "the line holds a NUL byte (at offset %zu)", (size_t)(nul - line));
     return true;
   }
-  if (each_nul_escape((char *)line, len, NULL)) {
+  if (json_each_nul_escape((char *)line, len, NULL)) {
     snprintf(why, size, "a string holds \\u0000 (NUL), which no id, method, path or argument may contain");
     return true;
   }
@@ -102,7 +79,7 @@ static char *shadow_of(const char *line, size_t len) {
   memcpy(shadow, line, len + 1);
   for (char *nul = memchr(shadow, '\0', len); nul; nul = memchr(nul, '\0', len - (size_t)(nul - shadow)))
     *nul = '\x01';
-  each_nul_escape(shadow, len, escape_to_soh);
+  json_each_nul_escape(shadow, len, escape_to_soh);
   return shadow;
 }
 

@@ -30,7 +30,7 @@
 #include <cjson/cJSON.h>
 #include <lauxlib.h>
 
-#include "json_keys.h"
+#include "json_rules.h"
 
 #define CONN_MT "smol.conn"
 #define OUTPUT_EVENT_MT "smol.conn.output_event"

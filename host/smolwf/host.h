@@ -204,6 +204,7 @@ void loop_open(lua_State *L);
 void stdio_open(lua_State *L);
 void tty_open(lua_State *L);            /* tty.c: core.isatty, core.term_width */
 void hash_open(lua_State *L);           /* hash.c: core.sha256, sha256_file, hash_files (OpenSSL) */
+void json_check_open(lua_State *L);       /* json_check.c: core.json_problem */
 void introspect_open(lua_State *L);     /* introspect.c: core.handles, core.registry_refs */
 int luaopen_smol_core(lua_State *L);
 

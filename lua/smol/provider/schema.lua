@@ -116,8 +116,21 @@ local function decode_base64_fields(method, params)
 end
 
 --- Returns the normalized params, or nil, "invalid_request", message.
+-- Whether method has a field that must be given (then `params` must be too).
+local function needs_fields(method)
+  for _, kind in pairs(M.methods[method] or {}) do
+    if kind:sub(-1) ~= "?" then return true end
+  end
+  return false
+end
+
 function M.check(method, raw)
-  if raw == nil or raw == cjson.null then raw = {} end
+  if raw == nil or raw == cjson.null then
+    if needs_fields(method) then
+      return nil, "invalid_request", ("%s: missing field `params` (an object)"):format(method)
+    end
+    raw = {}
+  end
   if type(raw) ~= "table" then
     return nil, "invalid_request", ("%s: field `params` must be an object"):format(method)
   end

@@ -78,17 +78,66 @@ function Server:send(id, field, payload)
   self.write(('{"id":%s,"%s":%s}'):format(encode_id(id), field, payload))
 end
 
+-- s with each byte that is not part of valid UTF-8 made U+FFFD: lua-cjson
+-- writes a string's bytes as they are, and every line must be UTF-8.
+local function valid_utf8(s)
+  local parts, at = {}, 1
+  while true do
+    local _, bad = utf8.len(s, at)
+    if not bad then break end
+    parts[#parts + 1] = s:sub(at, bad - 1) .. "\u{FFFD}"
+    at = bad + 1
+  end
+  if at == 1 then return s end
+  parts[#parts + 1] = s:sub(at)
+  return table.concat(parts)
+end
+
+-- nil when the JSON text is valid UTF-8, else what is wrong, for a message.
+local function not_utf8(payload)
+  local _, bad = utf8.len(payload)
+  return bad and ("a string that is not valid UTF-8 (byte 0x%02x; bytes that are not text travel "
+    .. "as base64, e.g. `name_base64`)"):format(payload:byte(bad)) or nil
+end
+
 function Server:reply_error(id, code, message)
-  self:send(id, "error", json.encode({code = code, message = message}))
+  self:send(id, "error", json.encode({code = code, message = valid_utf8(message)}))
+end
+
+-- The request's id when a refusal may echo it: the line's problem is not
+-- in the id itself (see core.json_problem for kind and key).
+local function sound_id(msg, kind, key)
+  local id = type(msg) == "table" and msg.id
+  if not is_valid_id(id) or kind == "id" or (kind == "duplicate" and key == "id") then return nil end
+  if type(id) == "string" and id:find("\0", 1, true) then return nil end
+  return id
+end
+
+--[[
+Refuses a line that does not mean exactly what its text says (a key
+twice, an id beyond 2^53, \u0000, text after the request): lua-cjson
+would read something else than was written. Each request on the line is
+refused by its own id; text after them that is not JSON gets no reply.
+]]
+function Server:refuse_line(line, problem, kind, key)
+  local cut = kind == "trailing" and key or #line
+  local ok, msg = pcall(json.decode, line:sub(1, cut))
+  self:reply_error(ok and sound_id(msg, kind, key) or nil, "invalid_request", problem)
+  if cut >= #line then return end
+  local rest = line:sub(cut + 1)
+  local _, rest_kind, rest_key = core.json_problem(rest)
+  if rest_kind ~= "json" then self:refuse_line(rest, problem, rest_kind, rest_key) end
 end
 
 --- Feeds one input line (without "\n").
 function Server:handle_line(line)
   if line:find("^%s*$") then return end   -- blank lines are ignored
-  local ok, msg = pcall(json.decode, line)
-  if not ok then
-    return self:reply_error(nil, "invalid_request", "request is not valid JSON: " .. tostring(msg))
+  local problem, kind, key = core.json_problem(line)
+  if kind == "utf8" or kind == "json" then
+    return self:reply_error(nil, "invalid_request", "request: " .. problem)
   end
+  if problem then return self:refuse_line(line, "request: " .. problem, kind, key) end
+  local msg = json.decode(line)
   local req, code, message = self:check_request(msg)
   if not req then
     local id = type(msg) == "table" and is_valid_id(msg.id) and msg.id or nil
@@ -185,6 +234,8 @@ function Request:event(ev)
   end
   local ok, payload = pcall(json.encode, encode_bytes(shallow_copy(ev)))
   if not ok then error(("event `%s` cannot be encoded as JSON: %s"):format(ev.type, payload), 2) end
+  local bad = not_utf8(payload)
+  if bad then error(("event `%s` holds %s"):format(ev.type, bad), 2) end
   self.server:send(self.id, "event", payload)
 end
 
@@ -198,6 +249,11 @@ function Request:reply(result)
   if not ok then
     return self:reply_failure({code = "internal",
       message = ("method `%s` returned a result that is not JSON: %s"):format(self.method, payload)})
+  end
+  local bad = not_utf8(payload)
+  if bad then
+    return self:reply_failure({code = "internal",
+      message = ("method `%s` returned %s"):format(self.method, bad)})
   end
   self.answered = true
   self.server:track_sessions(self, result)

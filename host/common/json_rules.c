@@ -1,8 +1,10 @@
 /*
-** Duplicate keys (see json_keys.h).
+** The checks of json_rules.h.
 */
-#include "json_keys.h"
+#define _GNU_SOURCE   /* memmem */
+#include "json_rules.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,4 +51,26 @@ const char *json_duplicate_key(const cJSON *v) {
     if (dup) return dup;
   }
   return NULL;
+}
+
+size_t json_each_nul_escape(char *line, size_t len, void (*fn)(char *line, size_t at)) {
+  if (!memmem(line, len, "\\u0000", 6)) return 0;   /* the common case, found at memmem's speed */
+  size_t found = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < len; i++) {
+    char c = line[i];
+    if (!in_string) { in_string = c == '"'; continue; }
+    if (escaped) {
+      escaped = false;
+      if (c == 'u' && i + 4 < len && memcmp(line + i + 1, "0000", 4) == 0) {
+        found++;
+        if (fn) fn(line, i);
+      }
+    } else if (c == '\\') {
+      escaped = true;
+    } else if (c == '"') {
+      in_string = false;
+    }
+  }
+  return found;
 }
