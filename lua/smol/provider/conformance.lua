@@ -45,6 +45,8 @@ local GROUP_MODULES = {
   "smol.provider.conformance.checks_exec",
   "smol.provider.conformance.checks_lifecycle",
   "smol.provider.conformance.checks_badlines",
+  "smol.provider.conformance.checks_strict",
+  "smol.provider.conformance.checks_hostile",
   "smol.provider.conformance.checks_extensions",
   "smol.provider.conformance.checks_archive",
 }

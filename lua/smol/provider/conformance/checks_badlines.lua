@@ -6,19 +6,8 @@ local wire = require "smol.provider.conformance.wire"
 
 local json = wire.json
 
---[[
-Sends a raw line and waits for the next id-null reply, or for a reply the
-wire could not place (a provider echoing back an id it should refuse).
-Returns the id-null reply, or nil and what came instead.
-]]
 local function null_reply_to(ctx, line)
-  local replies, strays = ctx.conn.null_replies, ctx.conn.violations
-  local before, strays_before = #replies, #strays
-  if not ctx.conn:send_raw(line) then return nil, "provider " .. ctx.conn:exit_status() end
-  wire.wait_until(function()
-    return #replies > before or #strays > strays_before or ctx.conn.exited
-  end, 5)
-  return replies[before + 1], strays[strays_before + 1]
+  return ctx.conn:null_reply_to(line)
 end
 
 local function show_null(reply, instead)

@@ -11,6 +11,7 @@
 local core = require "smol.core"
 local fs = require "smol.fs"
 local cjson = require "cjson"
+local expect = require "smol.provider.conformance.expect"
 
 local wire = {}
 wire.__index = wire
@@ -105,8 +106,33 @@ function wire:next_seq()
   return self.seq
 end
 
+-- What a line's text breaks of "one JSON object, UTF-8, meaning exactly
+-- what it says" (core.json_problem), or nil. \u0000 is valid JSON, and an
+-- id beyond 2^53 may be an exact echo: on_line sees to those.
+local function text_problem(line)
+  local problem, kind = core.json_problem(line)
+  if kind == "nul" or kind == "id" then return nil, kind end
+  return problem, kind
+end
+
+--[[
+A line whose id lua-cjson cannot read exactly (a number from 2^53 on): the
+check that sent such an id gets it through self.on_inexact_id(line);
+anything else is a violation.
+]]
+local function inexact_id(self, line)
+  if self.on_inexact_id then return self.on_inexact_id(line) end
+  note_violation(self, "reply with an id no double holds exactly: " .. line:sub(1, 200))
+end
+
 function wire:on_line(line)
   if line == "" then return end
+  local problem, kind = text_problem(line)
+  if problem then
+    return note_violation(self, "line is not one valid UTF-8 JSON object (" .. problem .. "): "
+      .. expect.show(line:sub(1, 200)))
+  end
+  if kind == "id" then return inexact_id(self, line) end
   local ok, msg = pcall(json.decode, line)
   if not ok or type(msg) ~= "table" then
     note_violation(self, "line is not a JSON object: " .. line:sub(1, 200))
@@ -187,6 +213,22 @@ end
 function wire:send_raw(line)
   if self.exited then return false end
   return (pcall(self.proc.write, self.proc, line .. "\n"))
+end
+
+--[[
+Sends a raw line and waits (at most `seconds`, default 5) for the next
+id-null reply, or for a reply the wire could not place or read (a provider
+echoing back an id it should refuse, a line that is not valid JSON).
+Returns the id-null reply, or nil and what came instead.
+]]
+function wire:null_reply_to(line, seconds)
+  local replies, strays = self.null_replies, self.violations
+  local before, strays_before = #replies, #strays
+  if not self:send_raw(line) then return nil, "provider " .. self:exit_status() end
+  wire.wait_until(function()
+    return #replies > before or #strays > strays_before or self.exited
+  end, seconds or 5)
+  return replies[before + 1], strays[strays_before + 1]
 end
 
 -- Registers a record for replies with `id` to a line the caller sends raw.
