@@ -137,7 +137,10 @@ function Server:handle_line(line)
     return self:reply_error(nil, "invalid_request", "request: " .. problem)
   end
   if problem then return self:refuse_line(line, "request: " .. problem, kind, key) end
-  local msg = json.decode(line)
+  local ok, msg = pcall(json.decode, line)   -- lua-cjson has limits of its own (nesting)
+  if not ok then
+    return self:reply_error(nil, "invalid_request", "request is not valid JSON: " .. tostring(msg))
+  end
   local req, code, message = self:check_request(msg)
   if not req then
     local id = type(msg) == "table" and is_valid_id(msg.id) and msg.id or nil
