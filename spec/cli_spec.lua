@@ -182,6 +182,22 @@ describe("smolwf command line", function()
     assert.same({0, script .. "\ta"}, {r.code, r.out})
   end)
 
+  it("exits with the status a plain script returns, with and without `run`", function()
+    local script = dir .. "/status.lua"
+    for _, case in ipairs{{"return 42", 42, ""}, {"return false", 1, ""}, {"return true", 0, ""},
+        {"return 'text'", 0, ""}, {"os.exit(3)", 3, ""}, {"error('boom')", 1, "boom"},
+        {"return 300", 1, "returned 300, not an exit status %(0%-255%)"}} do
+      write_file(script, case[1])
+      for _, args in ipairs{{script}, {"run", script}} do
+        local r = smolwf(args)
+        assert.equal(case[2], r.code, case[1] .. " under " .. table.concat(args, " "))
+        assert.matches(case[3], r.err)
+      end
+    end
+    assert.same({5, ""}, {smolwf({"-"}, {stdin = "return 5"}).code, smolwf({"-"}, {stdin = "return 5"}).err})
+    assert.matches("Exit status: a script's integer result", smolwf({"--help"}).out)
+  end)
+
   it("dispatches other commands to smol.cli.NAME.main(args)", function()
     os.execute("mkdir -p '" .. dir .. "/smol/cli'")
     write_file(dir .. "/smol/cli/hello_there.lua",

@@ -29,6 +29,8 @@ void cli_usage(FILE *to) {
         "  --help      show this help\n"
         "  --          stop handling options\n"
         "  -           run stdin as the script\n"
+        "Exit status: a script's integer result 0-255 (return 42), 1 for false\n"
+        "  or an error, os.exit(N)'s N, else 0.\n"
         "Environment: SMOLWF_PATH  colon-separated list of module directories\n",
         to);
 }
@@ -80,21 +82,28 @@ void cli_unknown_command(const char *word) {
 }
 
 /*
-** Whether the value a script returned (on the stack top, popped here) is a
-** workflow: `smolwf wf.lua` would silently do nothing with it (the run
-** command runs it), so it is refused with a pointer to `smolwf run`.
-** Returns 1 when the script's result is fine.
+** The exit status a script's result (on the stack top, popped here) asks
+** for: an integer 0-255 is the status, false is 1, anything else 0 (as a
+** command's main() result). A workflow is refused with a pointer to
+** `smolwf run`: `smolwf wf.lua` would silently do nothing with it.
 */
-int cli_check_script_result(lua_State *L, const char *file) {
-  int is_workflow = 0;
+int cli_script_status(lua_State *L, const char *file) {
+  int status = 0;
   if (lua_istable(L, -1)) {
-    is_workflow = lua_getfield(L, -1, "steps") == LUA_TTABLE;
+    if (lua_getfield(L, -1, "steps") == LUA_TTABLE) {
+      fprintf(stderr, "smolwf: %s returned a workflow; run it with: smolwf run %s\n", file, file);
+      status = 1;
+    }
     lua_pop(L, 1);
+  } else if (lua_isboolean(L, -1)) {
+    status = !lua_toboolean(L, -1);
+  } else if (lua_isinteger(L, -1)) {
+    lua_Integer n = lua_tointeger(L, -1);
+    status = n >= 0 && n <= 255 ? (int)n : 1;
+    if (n != status) fprintf(stderr, "smolwf: %s returned %lld, not an exit status (0-255)\n", file, (long long)n);
   }
   lua_pop(L, 1);
-  if (is_workflow)
-    fprintf(stderr, "smolwf: %s returned a workflow; run it with: smolwf run %s\n", file, file);
-  return !is_workflow;
+  return status;
 }
 
 /* A lowercase word such as "run" or "provider-check" (no '.', no '/'). */

@@ -246,6 +246,6 @@ void cli_usage(FILE *to);
 int cli_looks_like_command(const char *word);
 void cli_report_error(const cli *c, char **argv);   /* a usage error, with a "did you mean" */
 void cli_unknown_command(const char *word);
-int cli_check_script_result(lua_State *L, const char *file); /* pops it; 0: a workflow */
+int cli_script_status(lua_State *L, const char *file); /* pops the result; the exit status it asks for */
 
 #endif

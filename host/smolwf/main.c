@@ -67,11 +67,12 @@ static int push_script_args(lua_State *L) {
   return n;
 }
 
-/* Runs the script file (NULL: stdin); 1 on success. */
+/* Runs the script file (NULL: stdin); returns the exit status. */
 static int run_script(lua_State *L, const char *file) {
-  if (!load_status(L, luaL_loadfile(L, file))) return 0;  /* skips a #! line */
+  if (!load_status(L, luaL_loadfile(L, file))) return 1;  /* skips a #! line */
   int n = push_script_args(L);
-  return docall(L, n, 1) && cli_check_script_result(L, file != NULL ? file : "stdin");
+  if (!docall(L, n, 1)) return 1;
+  return cli_script_status(L, file != NULL ? file : "stdin");
 }
 
 /* Converts a command's main() result to an exit status: nil/true 0, false 1, N. */
@@ -139,7 +140,7 @@ static int run_main_target(lua_State *L, const cli *c, int argc, char **argv) {
       return 1;
     }
   }
-  return run_script(L, strcmp(target, "-") == 0 ? NULL : target) ? 0 : 1;
+  return run_script(L, strcmp(target, "-") == 0 ? NULL : target);
 }
 
 static void print_version(void) {
@@ -177,7 +178,7 @@ static int run_cli(lua_State *L, const cli *c, int argc, char **argv) {
     cli_usage(stderr);
     return 1;
   }
-  return run_script(L, NULL) ? 0 : 1;
+  return run_script(L, NULL);
 }
 
 /* Protected setup and run (lua.c's pmain). Returns the status. */

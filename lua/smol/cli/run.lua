@@ -97,6 +97,16 @@ local function load_workflow(opts)
   return result[2]
 end
 
+-- The exit status a plain script's result asks for, as `smolwf FILE` has
+-- it: an integer 0-255 is the status, false is 1, anything else 0.
+local function script_status(value, file)
+  if value == false then return 1 end
+  if math.type(value) ~= "integer" then return 0 end
+  if value >= 0 and value <= 255 then return value end
+  io.stderr:write(("smolwf run: %s returned %d, not an exit status (0-255)\n"):format(file, value))
+  return 1
+end
+
 local function looks_like_workflow(v)
   return type(v) == "table" and (wf.is_workflow(v) or v.steps ~= nil)
 end
@@ -271,6 +281,8 @@ local function main(args)
     code = run_workflow(value, opts)
   elseif not status and (opts.list or opts.dry_run or opts.graph or #opts.steps > 0) then
     usage_error("%s did not return a workflow (wf.define{...})", opts.file)
+  elseif not status then
+    code = script_status(value, opts.file)
   end
   if recording then recording:stop() end
   return code

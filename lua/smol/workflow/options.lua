@@ -44,6 +44,8 @@ options:
 
 exit status: 0 every required step succeeded, 1 a step failed,
 2 invalid workflow or usage, 130 interrupted (Ctrl-C; 143 for TERM).
+A plain script exits with what it returns: an integer 0-255 as it is,
+false as 1, anything else as 0 (os.exit(N): N; an error: 1).
 ]]
 
 local Usage = { __tostring = function(e) return e.message end }
