@@ -149,6 +149,30 @@ describe("smolwf command line", function()
     assert.matches("error object is a table value", r.err)
   end)
 
+  it("shows the user's frames of an error and hides the host's unless SMOLWF_TRACE=1", function()
+    local script = dir .. "/reads.lua"
+    write_file(script, "local sandbox = require 'smol.sandbox'\nlocal function work()\n"
+      .. "  sandbox.host{}:read_file('/nonexistent/file')\nend\nwork()\n")
+    local function frames(err) return err:match("\nstack traceback:\n(.*)$") or "" end
+    for _, args in ipairs{{script}, {"run", script}} do
+      local r = smolwf(args)
+      assert.equal(1, r.code)
+      assert.matches("^smolwf[^\n]*: failed to read sandbox file `/nonexistent/file`", r.err)
+      assert.equal("\treads.lua:3: in local 'work'\n\treads.lua:5: in main chunk\n"
+        .. "\t(2 frames of smolwf's own hidden: SMOLWF_TRACE=1 shows them)\n",
+        (frames(r.err):gsub("\t[^\n]*/reads", "\treads")))
+      r = smolwf(args, {env = {SMOLWF_TRACE = "1"}})
+      assert.matches("\t%[C%]: in function 'error'\n\t[^\n]*/smol/sandbox%.lua:%d+: in method 'call'\n", frames(r.err))
+      assert.matches("reads%.lua:3: in local 'work'", frames(r.err))
+    end
+    write_file(script, "require('smol.task').spawn(function() error('late') end)\n")
+    local r = smolwf({script})
+    assert.equal(1, r.code)
+    assert.matches("^smolwf: error in task: [^\n]*reads%.lua:1: late\nstack traceback:\n\t[^\n]*reads%.lua:1: in function <", r.err)
+    assert.is_nil(r.err:find("task.lua", 1, true), r.err)
+    assert.is_nil(r.err:find("[C]", 1, true), r.err)
+  end)
+
   it("finds modules through --path and SMOLWF_PATH, and lua/ next to it", function()
     os.execute("mkdir -p '" .. dir .. "/a' '" .. dir .. "/b/pkg'")
     write_file(dir .. "/a/moda.lua", "return 'A'")

@@ -57,16 +57,16 @@ int host_is_interrupt_error(lua_State *L, int idx) {
 int host_msghandler(lua_State *L) {
   if (host_is_interrupt_error(L, 1)) return 1;
   if (lua_type(L, 1) == LUA_TSTRING) {
-    luaL_traceback(L, L, lua_tostring(L, 1), 1);
+    host_traceback(L, L, lua_tostring(L, 1), 1);
     return 1;
   }
   if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) {
-    luaL_traceback(L, L, lua_tostring(L, -1), 1);
+    host_traceback(L, L, lua_tostring(L, -1), 1);
     return 1;
   }
   const char *msg = lua_pushfstring(L, "(error object is a %s value)",
                                     luaL_typename(L, 1));
-  luaL_traceback(L, L, msg, 1);
+  host_traceback(L, L, msg, 1);
   return 1;
 }
 

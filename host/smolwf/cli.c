@@ -31,7 +31,8 @@ void cli_usage(FILE *to) {
         "  -           run stdin as the script\n"
         "Exit status: a script's integer result 0-255 (return 42), 1 for false\n"
         "  or an error, os.exit(N)'s N, else 0.\n"
-        "Environment: SMOLWF_PATH  colon-separated list of module directories\n",
+        "Environment: SMOLWF_PATH  colon-separated list of module directories\n"
+        "             SMOLWF_TRACE=1  tracebacks show smolwf's own frames too\n",
         to);
 }
 

@@ -26,6 +26,7 @@ int luaopen_smol_core(lua_State *L) {
   hash_open(L);
   introspect_open(L);
   json_check_open(L);
+  traceback_open(L);
   lua_pushliteral(L, SMOLWF_VERSION);
   lua_setfield(L, -2, "version");
   return 1;

@@ -208,6 +208,11 @@ void json_check_open(lua_State *L);       /* json_check.c: core.json_problem */
 void introspect_open(lua_State *L);     /* introspect.c: core.handles, core.registry_refs */
 int luaopen_smol_core(lua_State *L);
 
+/* traceback.c: tracebacks of the user's frames (SMOLWF_TRACE=1: all of them) */
+void traceback_set_engine_dir(const char *lua_dir);
+void host_traceback(lua_State *L, lua_State *L1, const char *msg, int level); /* pushes it */
+void traceback_open(lua_State *L);     /* core.traceback */
+
 /* shutdown hooks used by exitpath.c */
 void timer_close_all(void);
 void process_detach_all(void);

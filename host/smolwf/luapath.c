@@ -43,6 +43,7 @@ void luapath_setup(lua_State *L, const char *const *extra, int nextra) {
   lua_getfield(L, -1, "path");
   const char *defaults = lua_tostring(L, -1);
   const char *project = push_project_dir(L);  /* stack: package, path, project */
+  traceback_set_engine_dir(project);
   luaL_Buffer b;
   luaL_buffinit(L, &b);
   add_dir(&b, project, strlen(project));

@@ -240,7 +240,7 @@ end
 local function new_task(fn)
   local t = setmetatable({status = "new"}, Task)  -- t.joiners: made by the first join
   local function capture(err)
-    t.trace = debug.traceback(describe(err), 2)
+    t.trace = core.traceback(describe(err), 2)  -- the user's frames (SMOLWF_TRACE=1: all)
     return err
   end
   t.co = coroutine.create(function(...) return xpcall(fn, capture, ...) end)
@@ -464,7 +464,7 @@ end
 
 local function hook_error(err)
   if is_code(err, "interrupted") then return err end
-  return debug.traceback(describe(err), 2)
+  return core.traceback(describe(err), 2)
 end
 
 -- Called by the host on every exit path, with the loop still usable.

@@ -28,16 +28,14 @@ local function add_paths(paths)
 end
 
 -- The traceback of an error raised `level` frames up, cut where our
--- xpcall ran the code (the frames below say nothing); `keep(line)` filters.
--- The message itself is never filtered: only the frames below
--- "stack traceback:" (a message may well name a path with /smol/ in it).
-local function trimmed_traceback(err, level, keep)
+-- xpcall ran the code (the frames below say nothing).
+local function trimmed_traceback(err, level)
   local message = tostring(err)
   local lines = { message, "stack traceback:" }
   local frames = debug.traceback("", level + 1):match("stack traceback:\n(.*)$") or ""
   for line in frames:gmatch("[^\n]+") do
     if line:find("in function 'xpcall'", 1, true) or line:find("smol/cli/run.lua", 1, true) then break end
-    if keep(line) then lines[#lines + 1] = line end
+    lines[#lines + 1] = line
   end
   return table.concat(lines, "\n")
 end
@@ -45,26 +43,18 @@ end
 -- Keeps tables (our error values) as they are; adds a traceback to the rest.
 local function traceback_handler(err)
   if type(err) == "table" then return err end
-  local tb = trimmed_traceback(err, 2, function() return true end)
+  local tb = trimmed_traceback(err, 2)
   return tb  -- not a tail call: that would drop this frame and shift `level`
 end
 
--- For errors in the user's file: only the user's frames (not the strict
--- environment's __index or error() itself).
--- The engine's own Lua files: this file is ENGINE/cli/run.lua.
-local ENGINE_DIR = debug.getinfo(1, "S").source:match("^@(.*/)cli/[^/]*$")
-
-local function engine_frame(line)
-  if line:find("[C]: in function 'error'", 1, true) or line:find("[C]: in function 'smol.", 1, true) then
-    return true
-  end
-  return ENGINE_DIR ~= nil and line:find(ENGINE_DIR, 1, true) ~= nil
-end
-
+-- For errors in the user's file: only the user's frames (core.traceback
+-- hides the engine's and C's unless SMOLWF_TRACE=1). An invalid workflow
+-- stays a table (its one line is the message); another error with a
+-- __tostring (a sandbox's) gets the traceback a string has.
 local function user_traceback_handler(err)
-  if type(err) == "table" then return err end
-  local tb = trimmed_traceback(err, 2, function(line) return not engine_frame(line) end)
-  return tb  -- not a tail call (see above)
+  if type(err) == "table" and (wf.is_invalid(err) or not (getmetatable(err) or {}).__tostring) then return err end
+  local tb = require("smol.core").traceback(tostring(err), 2)
+  return tb  -- not a tail call: that would drop this frame and shift the level
 end
 
 local function file_label(file)
