@@ -96,6 +96,17 @@ describe("smolwf run", function()
     assert.matches("ok success in .*\nreport: " .. dir:gsub("%p", "%%%0"), r.stdout)
   end)
 
+  it("refuses a --param the workflow does not declare, naming it and what it meant", function()
+    local args, dir = with_report_dir { "--param", "greting=hi", FIX .. "ok.lua" }
+    local r = run_cli(args)
+    assert.are.same({ 2, "", "smolwf run: --param greting: the workflow has no such parameter (did you mean 'greeting'?)\n" },
+      { r.code, r.stdout, r.stderr })
+    assert.is_nil(require("lfs").attributes(dir .. "/report.json"), "nothing ran")
+    r = run_cli(with_report_dir { "--param", "zzz=1", FIX .. "ok.lua" })
+    assert.are.same({ 2, "smolwf run: --param zzz: the workflow has no such parameter (its parameters: greeting)\n" },
+      { r.code, r.stderr })
+  end)
+
   it("exits 1 when a step fails", function()
     local args = with_report_dir { FIX .. "fail.lua" }
     local r = run_cli(args)

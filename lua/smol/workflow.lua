@@ -114,7 +114,44 @@ end
 local runs = require "smol.workflow.runs"
 wf.tag_report_root = function(root) runs.tag(root, "workflow reports") end
 
+-- The parameters a workflow that declares `params` takes: those and its
+-- secrets' (`{param = "key"}`); nil when it declares none (then any goes).
+local function declared_params(def)
+  if def.params == nil then return nil end
+  local names = {}
+  for k in pairs(def.params) do names[#names + 1] = tostring(k) end
+  for _, spec in pairs(def.secrets or {}) do
+    if type(spec) == "table" and spec.param then names[#names + 1] = spec.param end
+  end
+  table.sort(names)
+  return names
+end
+
+local Setup = { __tostring = function(e) return e.message end }
+
+-- A misspelled --param would run silently with the default: refused, as a
+-- setup error naming it, with the parameter it most likely meant.
+local function check_params(def, params)
+  local names = declared_params(def)
+  if names == nil then return end
+  local known = {}
+  for _, name in ipairs(names) do known[name] = true end
+  local given = {}
+  for k in pairs(params or {}) do given[#given + 1] = tostring(k) end
+  table.sort(given)   -- the same one named first every time
+  for _, k in ipairs(given) do
+    if not known[k] then
+      local hint = validate.closest(tostring(k), names)
+      local why = hint and ("did you mean '%s'?"):format(hint)
+        or ("its parameters: " .. (#names > 0 and table.concat(names, ", ") or "none"))
+      error(setmetatable({ code = "setup",
+        message = ("--param %s: the workflow has no such parameter (%s)"):format(k, why) }, Setup), 0)
+    end
+  end
+end
+
 local function merged_params(def, params)
+  check_params(def, params)
   local out = {}
   for k, v in pairs(def.params or {}) do out[k] = v end
   for k, v in pairs(params or {}) do out[k] = v end
