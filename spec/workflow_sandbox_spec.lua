@@ -149,6 +149,17 @@ describe("workflow steps in a sandbox", function()
     assert.are.equal("test 3 failed\n", h.read(report .. "/artifacts/collect/test.log"))
   end)
 
+  it("says a missing artifact does not exist in the session, naming its path", function()
+    local r = run({ sandbox = { profile = PROFILE }, steps = {
+      { name = "a", run = function(ctx) ctx:sh("mkdir -p out"); ctx:save_artifact("out/missing.log") end },
+      { name = "b", run = function(ctx) ctx:save_artifact("nodir/x") end },
+    } }, { keep_going = true })
+    assert.are.equal('save_artifact("out/missing.log") failed: not_found: `out/missing.log` does not exist in the session',
+      h.find(r, "a").error)
+    assert.are.equal('save_artifact("nodir/x") failed: not_found: `nodir/x` does not exist in the session',
+      h.find(r, "b").error)
+  end)
+
   it("refuses artifact names that leave the report directory", function()
     local r = run { steps = { { name = "a", run = function(ctx)
       ctx:write_file("x", "1")

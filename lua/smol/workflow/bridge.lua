@@ -47,6 +47,22 @@ function M.keep_tail(previous, chunk)
   return s
 end
 
+-- Whether `path` is missing from the session (a stat says not_found): the
+-- copy's own not_found names a path of its archive, not the one asked for.
+local function missing_in(session, path)
+  local ok, err = pcall(session.stat, session, path)
+  return not ok and require("smol.errors").is(err, "not_found")
+end
+
+-- The message a failed copy of `path` gets: the copy's own, unless the
+-- path is not there at all.
+local function artifact_message(session, path, err, structured)
+  if structured and err.code == "not_found" and missing_in(session, path) then
+    return ("`%s` does not exist in the session"):format(path)
+  end
+  return (structured and not err.op) and err.message or tostring(err)
+end
+
 -- Listed in inst.artifacts only once completely written (copy_out is all
 -- or nothing and raises on failure).
 local function save_artifact(S, inst, session, path, name)
@@ -60,7 +76,7 @@ local function save_artifact(S, inst, session, path, name)
     local errors = require "smol.errors"
     local structured = errors.is(err)
     errors.raise{code = structured and err.code or "io_error", op = "save_artifact", path = path,
-      message = (structured and not err.op) and err.message or tostring(err)}
+      message = artifact_message(session, path, err, structured)}
   end
   for _, known in ipairs(inst.artifacts) do if known == rel then return dest end end
   inst.artifacts[#inst.artifacts + 1] = rel
