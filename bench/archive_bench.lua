@@ -15,6 +15,7 @@ host and of the provider: neither holds the archive whole.
 ]]
 local sandbox = require "smol.sandbox"
 local core = require "smol.core"
+local median = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "lib.lua").median
 
 local bytes = math.tointeger(tonumber(arg[1] or "")) or 1024 * 1024 * 1024
 local rounds = math.tointeger(tonumber(arg[2] or "")) or 5
@@ -31,13 +32,6 @@ local function sh(sb, script)
   local r = sb:exec{"sh", "-c", script}
   assert(r.ok, script .. ": " .. r.stderr)
   return r.stdout
-end
-
-local function median(list)
-  local sorted = {table.unpack(list)}
-  table.sort(sorted)
-  local n = #sorted
-  return n % 2 == 1 and sorted[(n + 1) // 2] or (sorted[n // 2] + sorted[n // 2 + 1]) / 2
 end
 
 local function quote(s)

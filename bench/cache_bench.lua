@@ -12,15 +12,10 @@
 local wf = require "smol.workflow"
 local core = require "smol.core"
 local fs = require "smol.fs"
+local median = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "lib.lua").median
 
 local STEPS = tonumber(arg[1]) or 200
 local ROUNDS = tonumber(arg[2]) or 5
-
-local function median(list)
-  local s = table.move(list, 1, #list, 1, {})
-  table.sort(s)
-  return s[(#s + 1) // 2]
-end
 
 local function project()
   local dir = fs.temp_dir("smolwf-cache-bench")

@@ -12,16 +12,11 @@ local core = require "smol.core"
 local fs = require "smol.fs"
 local task = require "smol.task"
 local sandbox = require "smol.sandbox"
+local median = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "lib.lua").median
 
 local MIB = tonumber(arg[1]) or 64
 local FILES = tonumber(arg[2]) or 8
 local ROUNDS = tonumber(arg[3]) or 5
-
-local function median(list)
-  local s = table.move(list, 1, #list, 1, {})
-  table.sort(s)
-  return s[(#s + 1) // 2]
-end
 
 local dir = fs.temp_dir("smolwf-hash-bench")
 local paths = {}

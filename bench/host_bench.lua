@@ -25,6 +25,7 @@ idle, vCPU can cost more than all the rest.
 local sandbox = require "smol.sandbox"
 local core = require "smol.core"
 local task = require "smol.task"
+local median = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "lib.lua").median
 
 local USAGE = "usage: host_bench.lua PROVIDER PINGPONG [STREAM_BYTES]"
 local provider = assert(arg[1], USAGE)
@@ -58,16 +59,9 @@ local function sequential(n, raw)
     times[i] = core.now() - t0
   end
   local cpu_us = (os.clock() - cpu0) / n * 1e6
-  table.sort(times)
   local total = 0
   for _, t in ipairs(times) do total = total + t end
-  return n / total, times[n // 2 + 1] * 1e6, cpu_us
-end
-
-local function median(list)
-  local sorted = table.move(list, 1, #list, 1, {})
-  table.sort(sorted)
-  return sorted[#sorted // 2 + 1]
+  return n / total, median(times) * 1e6, cpu_us
 end
 
 -- One run of the bare C ping-pong (on this machine, via sandbox.host): its

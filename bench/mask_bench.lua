@@ -18,18 +18,13 @@ local wf = require "smol.workflow"
 local mask = require "smol.workflow.mask"
 local core = require "smol.core"
 local fs = require "smol.fs"
+local median = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "lib.lua").median
 
 local MB = tonumber(arg[1]) or 100
 local ROUNDS = tonumber(arg[2]) or 5
 
 local SECRETS = { "ghp_1a2B3c4D5e6F7g8H9i0JkLmNoPqRsTuVwXyZ", "AKIAIOSFODNN7EXAMPLE",
   "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "xoxb-2048-4096-8192-s3cr3tT0k3n", "correct horse battery staple" }
-
-local function median(list)
-  local s = table.move(list, 1, #list, 1, {})
-  table.sort(s)
-  return s[(#s + 1) // 2]
-end
 
 local COMMAND = ('yes "cc -O2 -Wall -Wextra -c src/module_name.c -o build/module_name.o" | head -c %d'):format(MB * 1000 * 1000)
 

@@ -25,6 +25,7 @@ local wf = require "smol.workflow"
 local sandbox = require "smol.sandbox"
 local slurm = require "smol.slurm"
 local fs = require "smol.fs"
+local median = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "lib.lua").median
 
 local STEPS = tonumber(arg[1] or "") or 300
 local ROUNDS = tonumber(arg[2] or "") or 5
@@ -64,13 +65,6 @@ if not os.getenv("SLURM_CONF") then
 end
 
 --[[ Figures ]]
-
-local function median(xs)
-  local s = {table.unpack(xs)}
-  table.sort(s)
-  local n = #s
-  return n % 2 == 1 and s[(n + 1) // 2] or (s[n // 2] + s[n // 2 + 1]) / 2
-end
 
 local function figure(label, value, unit)
   io.write(("  %-58s %10.3f %s\n"):format(label, value, unit))

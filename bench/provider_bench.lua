@@ -31,6 +31,7 @@ client) far more than the work they carry.
 local core = require "smol.core"
 local wire = require "smol.provider.conformance.wire"
 local sandbox = require "smol.sandbox"
+local median = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "lib.lua").median
 
 local provider = assert(arg[1], "usage: provider_bench.lua PROVIDER SPAWN_LOOP [EXECS] [STREAM_BYTES]")
 local spawn_loop = assert(arg[2], "usage: provider_bench.lua PROVIDER SPAWN_LOOP [EXECS] [STREAM_BYTES]")
@@ -60,11 +61,6 @@ end
 
 local function exec_params(session, argv)
   return {session = session, argv = argv, cwd = null, env = null, stdin_base64 = null}
-end
-
-local function median(t)
-  table.sort(t)
-  return t[#t // 2 + 1]
 end
 
 -- Median ms of one exec round trip, one at a time.

@@ -98,3 +98,25 @@ describe("bench/archive_bench.lua", function()
     end
   end)
 end)
+
+describe("bench/lib.lua", function()
+  local lib = dofile("bench/lib.lua")
+
+  it("gives the median, of an even count the mean of the middle two, leaving the list as it is", function()
+    local list = {5, 1, 3}
+    assert.are.same({3, list}, {lib.median(list), {5, 1, 3}})
+    assert.are.equal(2.5, lib.median({4, 1, 3, 2}))
+  end)
+
+  it("is where every Lua benchmark takes its median from", function()
+    local own = {}
+    for file in require("lfs").dir("bench") do
+      local f = file:match("%.lua$") and file ~= "lib.lua" and io.open("bench/" .. file)
+      if f then
+        if f:read("a"):find("local function median", 1, true) then own[#own + 1] = file end
+        f:close()
+      end
+    end
+    assert.are.same({}, own)
+  end)
+end)
