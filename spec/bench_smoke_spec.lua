@@ -120,3 +120,13 @@ describe("bench/lib.lua", function()
     assert.are.same({}, own)
   end)
 end)
+
+describe("bench/binary_output_bench.lua", function()
+  it("prints every figure", function()
+    local out, ok = run({}, "bench/binary_output_bench.lua", {"1", "1"})
+    assert(ok, out)
+    for _, label in ipairs{"random bytes, wall", "build-log text, wall", "ratio binary / text"} do
+      assert_figure(out, label)
+    end
+  end)
+end)

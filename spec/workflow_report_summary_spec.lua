@@ -30,6 +30,35 @@ describe("workflow text helpers", function()
       {text.terminal_line("a\nb"), text.terminal_line("a\0b"), text.terminal_line("plain text")})
   end)
 
+  it("cleans each kind of text the same way: escapes, controls, invalid bytes", function()
+    local raw = "\27[1;31mred\27[0m\tx\r\n\27]8;;http://a\27\\link\27]8;;\27\\\27M\1\255\xe2\x82 é"
+    assert.are.same({"red  xlink\u{FFFD}\u{FFFD}\u{FFFD} é", "red  x\nlink\u{FFFD}\u{FFFD}\u{FFFD} é",
+      "red\tx\r\nlink\u{FFFD}\u{FFFD}\u{FFFD} é"},
+      {text.terminal_line(raw), text.terminal_lines(raw), text.printable(raw)})
+    assert.are.same({"", "", "a\27b"}, {text.terminal_line("\27"), text.terminal_lines("\27["), text.valid_utf8("a\27b")})
+    local clean = string.rep("plain déjà vu\n", 100)
+    assert.are.equal(clean, text.terminal_lines(clean))
+  end)
+
+  it("cleans binary output in a handful of Lua instructions, whatever its size", function()
+    -- Binary output is invalid UTF-8 every few bytes: a repair loop in Lua
+    -- ran per bad byte (4 MB/s). Counted in VM instructions, not time.
+    math.randomseed(11)
+    local bytes = {}
+    for i = 1, 1 << 20 do bytes[i] = string.char(math.random(0, 255)) end
+    local binary = table.concat(bytes)
+    local counts = {}
+    for _, f in ipairs{"valid_utf8", "terminal_line", "terminal_lines", "printable"} do
+      local n = 0
+      debug.sethook(function() n = n + 1 end, "", 1)
+      local out = text[f](binary)
+      debug.sethook()
+      assert.is_truthy(utf8.len(out))
+      counts[#counts + 1] = n < 100 and "few" or (f .. ": " .. n)
+    end
+    assert.are.same({"few", "few", "few", "few"}, counts)
+  end)
+
   it("truncates by characters, marking the cut", function()
     assert.are.equal("héllo", text.truncate("héllo", 5))
     assert.are.equal("hél…", text.truncate("héllo", 4))

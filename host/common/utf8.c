@@ -26,6 +26,10 @@ static size_t sequence_len(const unsigned char *s, size_t n) {
   return len;
 }
 
+size_t utf8_sequence_len(const char *s, size_t n) {
+  return n == 0 ? 0 : sequence_len((const unsigned char *)s, n);
+}
+
 /* Whether the 8 bytes at p are all ASCII. */
 static bool ascii8(const unsigned char *p) {
   uint64_t w;
@@ -72,11 +76,21 @@ size_t utf8_prefix(const char *s, size_t n, size_t max) {
   return n <= max ? n : utf8_complete(s, max);
 }
 
-char *utf8_repair(const char *s, size_t n, size_t *outlen) {
-  static const char replacement[] = "\xEF\xBF\xBD";   /* U+FFFD */
-  char *out = malloc(3 * n + 1), *p = out;   /* each bad byte becomes 3 */
-  if (!out) return NULL;
+size_t utf8_repaired_len(const char *s, size_t n) {
   const unsigned char *u = (const unsigned char *)s;
+  size_t len = 0;
+  for (size_t i = 0; i < n;) {
+    size_t seq = sequence_len(u + i, n - i);
+    len += seq == 0 ? 3 : seq;
+    i += seq == 0 ? 1 : seq;
+  }
+  return len;
+}
+
+size_t utf8_repair_into(const char *s, size_t n, char *out) {
+  static const char replacement[] = "\xEF\xBF\xBD";   /* U+FFFD */
+  const unsigned char *u = (const unsigned char *)s;
+  char *p = out;
   for (size_t i = 0; i < n;) {
     size_t len = sequence_len(u + i, n - i);
     if (len == 0) { memcpy(p, replacement, 3); p += 3; i++; continue; }
@@ -84,7 +98,14 @@ char *utf8_repair(const char *s, size_t n, size_t *outlen) {
     p += len;
     i += len;
   }
-  *p = '\0';
-  if (outlen) *outlen = (size_t)(p - out);
+  return (size_t)(p - out);
+}
+
+char *utf8_repair(const char *s, size_t n, size_t *outlen) {
+  char *out = malloc(3 * n + 1);   /* each bad byte becomes 3 */
+  if (!out) return NULL;
+  size_t len = utf8_repair_into(s, n, out);
+  out[len] = '\0';
+  if (outlen) *outlen = len;
   return out;
 }

@@ -27,6 +27,7 @@ int luaopen_smol_core(lua_State *L) {
   introspect_open(L);
   json_check_open(L);
   traceback_open(L);
+  clean_text_open(L);
   lua_pushliteral(L, SMOLWF_VERSION);
   lua_setfield(L, -2, "version");
   return 1;

@@ -212,6 +212,7 @@ int luaopen_smol_core(lua_State *L);
 void traceback_set_engine_dir(const char *lua_dir);
 void host_traceback(lua_State *L, lua_State *L1, const char *msg, int level); /* pushes it */
 void traceback_open(lua_State *L);     /* core.traceback */
+void clean_text_open(lua_State *L);    /* clean_text.c: core.valid_utf8, core.clean_text */
 
 /* shutdown hooks used by exitpath.c */
 void timer_close_all(void);

@@ -39,18 +39,8 @@ function M.duration(seconds)
 end
 
 --- s with every invalid UTF-8 byte replaced by U+FFFD, so XML/HTML/terminals accept it.
-function M.valid_utf8(s)
-  if utf8.len(s) then return s end
-  local out, i = {}, 1
-  while i <= #s do
-    local n, bad = utf8.len(s, i)
-    if n then out[#out + 1] = s:sub(i); break end
-    out[#out + 1] = s:sub(i, bad - 1)
-    out[#out + 1] = "\u{FFFD}"
-    i = bad + 1
-  end
-  return table.concat(out)
-end
+--- (In C: binary output is invalid every few bytes, too slow to repair in Lua.)
+M.valid_utf8 = require("smol.core").valid_utf8
 
 --- Removes ANSI escape sequences (colours, cursor moves) a program wrote.
 function M.strip_ansi(s)
@@ -61,43 +51,28 @@ function M.strip_ansi(s)
   return (s:gsub("\27[@-_]", ""))                 -- any other two-byte escape
 end
 
--- Control bytes other than "\n", each looked for with a plain find (memchr):
--- 31 such scans of a chunk cost less than one character-class scan in Lua.
-local CONTROL_BYTES = {}
-for b = 0, 31 do if b ~= 10 then CONTROL_BYTES[#CONTROL_BYTES + 1] = string.char(b) end end
-CONTROL_BYTES[#CONTROL_BYTES + 1] = "\127"
+-- The cleaning below is one pass in C (core.clean_text): a step's binary
+-- output needs it every few bytes, which gsub passes did at a few MB/s.
+local clean_text = require("smol.core").clean_text
 
-local function has_control(s)
-  for _, c in ipairs(CONTROL_BYTES) do
-    if s:find(c, 1, true) then return true end
-  end
-  return false
-end
-
---- One line safe to print inside our own terminal layout: no escapes,
---- no control characters (a stray \r or \27 would wreck the live view).
+--- One line safe to print inside our own terminal layout: valid UTF-8,
+--- no escapes, no control characters (a stray \r or \27 would wreck the
+--- live view); a tab becomes two spaces.
 function M.terminal_line(s)
-  s = M.strip_ansi(M.valid_utf8(s))
-  if not has_control(s) and not s:find("\n", 1, true) then return s end   -- the common case
-  s = s:gsub("\t", "  ")
-  return (s:gsub("[%z\1-\31\127]", ""))
+  return clean_text(s, "line")
 end
 
 --- terminal_line for many lines at once: the same cleaning, newlines kept.
---- One pass over a whole chunk instead of several per line, which is what
+--- One pass over a whole chunk instead of one per line, which is what
 --- keeps a step printing millions of short lines fast.
 function M.terminal_lines(s)
-  s = M.strip_ansi(M.valid_utf8(s))
-  if not has_control(s) then return s end
-  s = s:gsub("\t", "  ")
-  return (s:gsub("[%z\1-\9\11-\31\127]", ""))
+  return clean_text(s, "lines")
 end
 
 --- The text of a log for XML/HTML: valid UTF-8, no escapes, and none of the
 --- control characters XML 1.0 forbids (tab, newline and CR stay).
 function M.printable(s)
-  s = M.strip_ansi(M.valid_utf8(s))
-  return (s:gsub("[%z\1-\8\11\12\14-\31\127]", ""))
+  return clean_text(s, "xml")
 end
 
 local XML_ENTITIES = {["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;",
