@@ -57,6 +57,35 @@ describe("a failed step's stderr", function()
   end)
 end)
 
+describe("a failed step's binary stderr", function()
+  after_each(h.cleanup)
+
+  it("is summarised in the views, the error and the reports, not shown as noise", function()
+    math.randomseed(5)
+    local bytes = {}
+    for i = 1, 20000 do bytes[i] = string.char(math.random(1, 255)) end
+    local dir = h.temp_dir()
+    local r = run({ sandbox = LOCAL, steps = {
+      { name = "spew", run = function(ctx)
+        ctx:write_file("blob", table.concat(bytes))
+        ctx:sh("echo 'café: fine' >&2 && cat blob >&2; exit 3")
+      end },
+      { name = "texty", run = function(ctx) ctx:sh("printf 'caf\\351 is latin-1\\n' >&2; exit 4") end },
+    } }, { report_dir = dir, reports = true, keep_going = true })
+    local spew, texty = h.find(r, "spew"), h.find(r, "texty")
+    local summary_line = "(20012 bytes of binary output)"
+    assert.are.same({ { summary_line }, { "caf\u{FFFD} is latin-1" } },
+      { require("smol.workflow.text").stderr_tail(spew, 8), require("smol.workflow.text").stderr_tail(texty, 8) })
+    assert.matches("failed with exit code 3\nstderr: %(20012 bytes of binary output%)$", spew.error)
+    assert.matches("\n   │ %(20012 bytes of binary output%)\n", summary.render(r, { color = false, width = 100 }))
+    local junit = h.read(dir .. "/junit.xml")
+    assert.matches("%-%-%- stderr %(logs/spew%.stderr%.log%) %-%-%-\n%(20012 bytes of binary output%)", junit)
+    assert.is_nil(junit:find("\u{FFFD}\u{FFFD}", 1, true), "no run of replacement characters")
+    assert.matches('<h3>stderr — <a [^>]*>logs/spew%.stderr%.log</a></h3><p class="empty">%(20012 bytes of binary output%)</p>',
+      h.read(dir .. "/report.html"))
+  end)
+end)
+
 describe("a replay mismatch", function()
   after_each(h.cleanup)
 

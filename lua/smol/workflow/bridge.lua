@@ -37,8 +37,9 @@ function M.last_line_of(chunk, previous)
 end
 
 -- How much of a command's stderr an instance keeps for the views
--- (inst.stderr_tail): the last lines of a failed step's stderr show under
--- it in the live view and the summary; the logs have all of it.
+-- (inst.stderr_tail, and inst.stderr_bytes of it in all): the last lines
+-- of a failed step's stderr show under it in the live view and the
+-- summary; the logs have all of it.
 local STDERR_TAIL_BYTES = 8 * 1024
 
 function M.keep_tail(previous, chunk)
@@ -117,7 +118,9 @@ function M.new(S, inst)
   local function emit(stream, chunk)
     if chunk == "" then return end
     inst.last_line = M.last_line_of(chunk, inst.last_line)
-    if stream == "stderr" then inst.stderr_tail = M.keep_tail(inst.stderr_tail, chunk) end
+    if stream == "stderr" then
+      inst.stderr_tail, inst.stderr_bytes = M.keep_tail(inst.stderr_tail, chunk), (inst.stderr_bytes or 0) + #chunk
+    end
     observe.notify(S, "step_output", inst, stream, chunk)
   end
   local function progress(ev) observe.notify(S, "step_progress", inst, ev) end
@@ -126,7 +129,7 @@ function M.new(S, inst)
     inst.sandbox = inst.sandbox or S.sessions:info(key)
     return session
   end
-  function b.command_started() inst.stderr_tail = nil end
+  function b.command_started() inst.stderr_tail, inst.stderr_bytes = nil, nil end
   function b.output(_, stream, chunk)
     if not masker or masker:empty() then return emit(stream, chunk) end
     masked[stream] = masked[stream] or masker:stream()

@@ -38,8 +38,13 @@ end
 -- code and the last lines of stderr; keeps the result for retry predicates.
 function M.command_failed(cmd, r)
   local msg = ("command `%s` %s"):format(cmd, describe_end(r))
+  local text = require "smol.workflow.text"
   local tail = tail_lines(r.stderr, STDERR_TAIL_LINES)
-  if tail ~= "" then msg = msg .. "\nlast lines of stderr:\n" .. tail end
+  if tail ~= "" and text.is_binary(tail) then   -- noise in every report: say what it is
+    msg = msg .. "\nstderr: " .. text.binary_summary(#r.stderr)
+  elseif tail ~= "" then
+    msg = msg .. "\nlast lines of stderr:\n" .. tail
+  end
   return setmetatable({ code = "command_failed", message = msg, command = cmd,
     exit_code = r.exit_code, signal = r.signal, timed_out = r.timed_out,
     stderr = r.stderr, result = r }, CommandFailed)

@@ -158,6 +158,10 @@ local function stream_html(run, inst, rel, stream)
   local note = cut and string.format(" — last %d KiB shown, full log: %s", M.MAX_LOG_BYTES // 1024, link) or " — " .. link
   local dropped = inst.log_dropped and inst.log_dropped[stream]
   if dropped then note = note .. string.format(" (the log dropped the first %s to stay under its cap)", text.bytes(dropped)) end
+  if text.is_binary(data) then   -- its bytes would show as noise: say what it is, the link has it
+    local size = require("lfs").attributes(reportdir.join(run.report_dir, rel), "size") or #data
+    return string.format('<h3>%s — %s</h3><p class="empty">%s</p>', stream, link, esc(text.binary_summary(size)))
+  end
   return string.format("<h3>%s%s</h3><pre>%s</pre>", stream, note, esc(data))
 end
 

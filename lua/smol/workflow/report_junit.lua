@@ -27,12 +27,18 @@ local function counts(run)
   return c
 end
 
+-- The heading and text of a failed instance's stderr tail, or nil: its
+-- last lines, or for binary output a line saying how much there is.
 local function stderr_tail(run, inst)
   local rel = inst.logs and inst.logs.stderr
   if not rel then return nil end
-  local data = reportdir.read_tail(reportdir.join(run.report_dir, rel), TAIL_BYTES)
+  local path = reportdir.join(run.report_dir, rel)
+  local data = reportdir.read_tail(path, TAIL_BYTES)
   if not data or data == "" then return nil end
-  return text.last_lines(data, M.STDERR_LINES)
+  if text.is_binary(data) then
+    return ("stderr (%s)"):format(rel), text.binary_summary(require("lfs").attributes(path, "size") or #data)
+  end
+  return ("last %d lines of stderr (%s)"):format(M.STDERR_LINES, rel), text.last_lines(data, M.STDERR_LINES)
 end
 
 -- The error without a leading "<status>:" (the element already says it:
@@ -46,11 +52,8 @@ end
 local function failure_xml(run, inst)
   local msg = message_of(inst)
   local body = msg
-  local tail = stderr_tail(run, inst)
-  if tail then
-    body = string.format("%s\n\n--- last %d lines of stderr (%s) ---\n%s",
-      msg, M.STDERR_LINES, inst.logs.stderr, tail)
-  end
+  local heading, tail = stderr_tail(run, inst)
+  if tail then body = string.format("%s\n\n--- %s ---\n%s", msg, heading, tail) end
   return string.format('      <failure message="%s" type="%s">%s</failure>\n',
     attr(msg:match("^[^\n]*")), attr(inst.status), text.xml_escape(body))
 end

@@ -224,11 +224,27 @@ function M.failure_details(inst, n)
   return M.stderr_tail(inst, n)
 end
 
+--- Whether s reads as binary rather than text: it has a NUL, or more than
+--- one byte in 4 is invalid UTF-8 or a control byte text does not use
+--- (tab, newline, CR, form feed, backspace and ESC it does).
+function M.is_binary(s)
+  if s:find("\0", 1, true) then return true end
+  local invalid = (#M.valid_utf8(s) - #s) // 2   -- each invalid byte became 3 (U+FFFD)
+  local _, controls = s:gsub("[\1-\7\11\14-\26\28-\31\127]", "")
+  return (invalid + controls) * 4 > #s   -- random bytes: over half; Latin-1 text: a few in 100
+end
+
+--- What stands for binary output rather than its bytes: "(1234 bytes of binary output)".
+function M.binary_summary(bytes)
+  return ("(%d bytes of binary output)"):format(bytes)
+end
+
 --- The last `n` non-blank lines of a failed instance's stderr
 --- (inst.stderr_tail), each made safe for a terminal; {} when it has none
---- or did not fail.
+--- or did not fail. Binary stderr is one line saying how much there was.
 function M.stderr_tail(inst, n)
   if not (inst.status == "failed" or inst.status == "timed_out") or not inst.stderr_tail then return {} end
+  if M.is_binary(inst.stderr_tail) then return { M.binary_summary(inst.stderr_bytes or #inst.stderr_tail) } end
   local lines = {}
   for line in inst.stderr_tail:gmatch("[^\r\n]+") do
     if line:find("%S") then lines[#lines + 1] = M.terminal_line(line) end
