@@ -125,6 +125,21 @@ describe_parsed("workflow junit.xml", function()
     assert.are.equal("exit 2", child(cases.f, "failure").attr.message)
   end)
 
+  it("names the machine the run was on as the testsuite's hostname, escaped", function()
+    local run = {name = "h", started_at = 1, ended_at = 2, report_dir = dir, instances = {}}
+    report_junit.write(run)
+    local f = assert(io.open("/proc/sys/kernel/hostname"))
+    local machine = f:read("l")
+    f:close()
+    assert.are.equal(machine, child(parse(helpers.read(dir .. "/junit.xml")), "testsuite").attr.hostname)
+    run.hostname = 'build<1>&"x"'
+    report_junit.write(run)
+    assert.matches(' hostname="build&lt;1&gt;&amp;&quot;x&quot;">', helpers.read(dir .. "/junit.xml"))
+    local real = require("smol.workflow").run(require("smol.workflow").define{steps = {{name = "a", run = function() end}}},
+      {report_dir = dir .. "/real"})
+    assert.are.equal(machine, real.hostname)
+  end)
+
   it("stays well-formed with hostile ids, errors and output", function()
     local hostile = {id = 'a<b>&"c\'', step = "x]]>", status = "failed", duration = 1,
                      attempts = {{}}, error = "bad \xff\xfe bytes\0 and \27[31mcolour\27[0m\n<tag>",

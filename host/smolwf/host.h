@@ -198,7 +198,7 @@ void exec_fields_from_json(lua_State *L, const struct cJSON *body, exec_fields *
 int exec_result_push(lua_State *L, const exec_fields *f, const exec_kept *k); /* 1, or 0 with a message */
 void command_open(lua_State *L);        /* command.c: core.process_params */
 void fs_open(lua_State *L);
-void os_open(lua_State *L);            /* os.c: core.chmod, kill, getpid, raise, error_code */
+void os_open(lua_State *L);            /* os.c: core.chmod, kill, getpid, raise, error_code, hostname */
 int host_check_signal(lua_State *L, int idx); /* a signal name or number argument (misuse raises) */
 void loop_open(lua_State *L);
 void stdio_open(lua_State *L);

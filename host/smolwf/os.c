@@ -96,9 +96,19 @@ static int core_error_code(lua_State *L) {
   return 1;
 }
 
+/* core.hostname(): this machine's name (junit.xml's testsuite says where it ran). */
+static int core_hostname(lua_State *L) {
+  char name[UV_MAXHOSTNAMESIZE];
+  size_t size = sizeof name;
+  int rc = uv_os_gethostname(name, &size);
+  if (rc != 0) return luaL_error(L, "core.hostname: %s", uv_strerror(rc));
+  lua_pushlstring(L, name, size);
+  return 1;
+}
+
 void os_open(lua_State *L) {
   static const luaL_Reg funcs[] = {
     {"chmod", core_chmod}, {"kill", core_kill}, {"getpid", core_getpid},
-    {"raise", core_raise}, {"error_code", core_error_code}, {NULL, NULL}};
+    {"raise", core_raise}, {"error_code", core_error_code}, {"hostname", core_hostname}, {NULL, NULL}};
   luaL_setfuncs(L, funcs, 0);
 }

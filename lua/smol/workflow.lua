@@ -192,7 +192,7 @@ local function new_run(def, opts, secrets)
   end
   return {
     name = def.name or opts.name or "workflow", started_at = core.time(), result = nil,
-    report_dir = report_dir,
+    report_dir = report_dir, hostname = core.hostname(),
     params = require("smol.workflow.secrets").shown_params(merged_params(def, opts.params), secrets),
     jobs = opts.jobs or def.jobs or DEFAULT_JOBS, instances = instances, sessions = {},
   }, defs

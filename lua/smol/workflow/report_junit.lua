@@ -100,7 +100,8 @@ end
 function M.render(run)
   local attrs = suite_attrs(run)
   local out = {'<?xml version="1.0" encoding="UTF-8"?>\n', "<testsuites ", attrs, ">\n",
-               "  <testsuite ", attrs, ' hostname="localhost">\n', properties_xml(run)}
+               "  <testsuite ", attrs, ' hostname="', attr(run.hostname or require("smol.core").hostname()), '">\n',
+               properties_xml(run)}
   for _, inst in ipairs(run.instances or {}) do out[#out + 1] = testcase_xml(run, inst) end
   out[#out + 1] = "  </testsuite>\n</testsuites>\n"
   return table.concat(out)
