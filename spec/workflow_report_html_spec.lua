@@ -194,6 +194,23 @@ describe("workflow report.html", function()
       assert.are.same({}, helpers.processes_matching(profile), "a chromium process outlived the test")
     end)
 
+    it("does not scroll sideways with long names, commands and output", function()
+      if not chrome then pending("chromium not installed (apt-get install chromium)"); return end
+      local long = string.rep("x", 400)
+      run.name = "wide-" .. long
+      run.instances[1].id = "deps-" .. long
+      run.instances[2].error = "command `make " .. long .. "` failed with exit code 2"
+      report_html.write(run)
+      -- A copy that says how far the page scrolls sideways (the report itself has no script).
+      local page = helpers.read(dir .. "/report.html"):gsub("</body>", function()
+        return "<script>var d = document.documentElement;"
+          .. "document.body.setAttribute('data-overflow', d.scrollWidth - d.clientWidth)</script></body>"
+      end)
+      helpers.write(dir .. "/measured.html", page)
+      local dom = chromium(chrome, profile, "--dump-dom", dir .. "/measured.html")
+      assert.are.equal("0", dom:match('data%-overflow="(%-?%d+)"'))
+    end)
+
     it("takes a screenshot of the page", function()
       if not chrome then pending("chromium not installed (apt-get install chromium)"); return end
       local png = dir .. "/report.png"

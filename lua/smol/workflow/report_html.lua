@@ -20,7 +20,7 @@ local STYLE = [[
 :root{--ok:#1f883d;--fail:#cf222e;--timeout:#d4650b;--cancel:#8250df;--skip:#8c959f;
 --queue:#d0d7de;--run:#0969da;--fg:#1f2328;--muted:#59636e;--line:#d1d9e0;--bg:#f6f8fa}
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Helvetica,Arial,sans-serif;color:var(--fg);
-margin:0 auto;padding:24px 32px;max-width:1600px}
+margin:0 auto;padding:24px 32px;max-width:1600px;overflow-wrap:anywhere}
 .views{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start}.views>section{flex:1 1 560px;min-width:0}
 .views h2{margin-top:0}
 svg.graph{display:block;max-width:100%;height:auto}svg.graph text{font:12px system-ui,sans-serif;fill:#fff}
