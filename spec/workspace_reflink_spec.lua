@@ -14,7 +14,7 @@ describe("workspace copies on xfs", function()
 
   before_each(function()
     if not can_mount_xfs() then return end
-    dir = fs.temp_dir("smolwf-reflink-spec")   -- removed here, once unmounted (not by ph.stop_all)
+    dir = ph.tempdir()   -- ph.stop_all unmounts mnt and removes it
     mnt = dir .. "/mnt"
     assert(os.execute(("truncate -s 512M %s/xfs.img && mkfs.xfs -q %s/xfs.img && mkdir %s && mount -o loop %s/xfs.img %s")
       :format(dir, dir, mnt, dir, mnt)))
@@ -22,8 +22,6 @@ describe("workspace copies on xfs", function()
 
   after_each(function()
     ph.stop_all()
-    if mnt then os.execute("umount " .. mnt) end
-    if dir then ph.rm(dir) end
     mnt, dir = nil, nil
   end)
 
