@@ -113,6 +113,37 @@ describe("a workflow on a Slurm pool", function()
     assert.equal("", sh.queue())
   end)
 
+  it("replays a recorded run without running any Slurm command", function()
+    local dir = h.tempdir()
+    local file = workflow_file(dir)
+    local function report(name) return cjson.decode(fs.read_file(dir .. "/" .. name .. "/report.json")) end
+    local r = sh.run_lines({core.exe_path(), "run", "--no-progress", "--no-cache", "--report-dir", dir .. "/recorded",
+      "--record", dir .. "/rec.jsonl", file}, {cwd = dir, timeout = 120})
+    assert.equal(0, r.code, r.err)
+    local recorded = report("recorded")
+    -- Every Slurm command on PATH says it ran, and fails.
+    fs.mkdir_p(dir .. "/stubs")
+    for _, name in ipairs{"salloc", "sbatch", "srun", "scontrol", "scancel", "squeue", "sinfo"} do
+      fs.write_file(dir .. "/stubs/" .. name, ("#!/bin/sh\necho %s >> %s/slurm-calls\nexit 1\n"):format(name, dir))
+      assert(os.execute("chmod +x " .. dir .. "/stubs/" .. name))
+    end
+    local env = {PATH = dir .. "/stubs:" .. os.getenv("PATH"), HOME = os.getenv("HOME") or "/",
+      SLURM_CONF = os.getenv("SLURM_CONF")}
+    r = sh.run_lines({core.exe_path(), "run", "--no-progress", "--no-cache", "--report-dir", dir .. "/replayed",
+      "--replay", dir .. "/rec.jsonl", file}, {cwd = dir, timeout = 120, env = env})
+    assert.is_nil(fs.try_read_file(dir .. "/slurm-calls"), "a replay ran Slurm commands")
+    assert.equal(0, r.code, r.err)
+    local replayed = report("replayed")
+    assert.equal("success", replayed.result)
+    local function nodes(report)
+      local out = {}
+      for _, p in ipairs(report.pool.providers) do out[#out + 1] = p.node .. "/" .. math.tointeger(p.slots) end
+      return out
+    end
+    assert.same(nodes(recorded), nodes(replayed))
+    assert.equal("", sh.queue())
+  end)
+
   it("uses the allocation salloc gave it (salloc -N3 smolwf run ...)", function()
     local dir = h.tempdir()
     local r = sh.run_lines({"salloc", "-N3", "--no-kill", core.exe_path(), "run", "--no-progress", "--no-cache",

@@ -312,6 +312,12 @@ function slurm.allocation(opts)
   return make(opts)
 end
 
+-- An allocation as a recording has it (smol.recording.replay): its job, nodes
+-- and CPUs; no Slurm command runs for it, and release leaves it alone.
+function slurm.recorded(job_id, nodes, cpus)
+  return new_allocation(job_id, false, nodes, cpus)
+end
+
 --[[ Using an allocation ]]
 
 --[[

@@ -268,9 +268,12 @@ function launch.start(opts)
   if opts.programs then return start_all(plan_programs(opts), opts), nil end
   local slurm = require "smol.slurm"
   local s = opts.slurm
-  local alloc = slurm.allocation{nodes = s.nodes, partition = s.partition, time = s.time,
-    cpus_per_node = s.cpus_per_node, args = s.args, job = s.job, grant_timeout = s.grant_timeout,
-    job_name = s.job_name}
+  local replay = package.loaded["smol.recording.replay"]
+  local recording = replay and replay.installed()
+  -- A replay runs nothing: its nodes are the recorded run's, no salloc.
+  local alloc = recording and replay.slurm_allocation(recording) or slurm.allocation{nodes = s.nodes,
+    partition = s.partition, time = s.time, cpus_per_node = s.cpus_per_node, args = s.args, job = s.job,
+    grant_timeout = s.grant_timeout, job_name = s.job_name}
   local ok, members = pcall(function() return start_all(plan_slurm(opts, alloc), opts) end)
   if ok then return members, alloc end
   pcall(alloc.release, alloc)

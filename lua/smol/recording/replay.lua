@@ -218,6 +218,8 @@ end
 -- Checks the recording first. Providers already running are shut down
 -- (sessions on them end), so that no later session reaches a real one.
 -- Returns a handle with :uninstall().
+local installed = nil   -- the recording install() made every provider replay
+
 function M.install(path, opts)
   opts = opts or {}
   M.load(path, opts)   -- a clear error now rather than in the provider
@@ -226,7 +228,36 @@ function M.install(path, opts)
   jsonl.substitute(function(program)
     return M.program(path, {ignore = opts.ignore, program = program})
   end)
-  return {uninstall = function() jsonl.substitute(nil) end}
+  installed = path
+  return {uninstall = function() jsonl.substitute(nil); installed = nil end}
+end
+
+--- The recording every provider replays (M.install), or nil.
+function M.installed()
+  return installed
+end
+
+--[[
+The Slurm allocation of the pool a recorded run had, from its providers'
+srun argvs (`srun --jobid=J ... --nodelist=NODE --cpus-per-task=N ...`):
+a pool replaying that run takes its nodes from there and runs no Slurm
+command (salloc would make a real allocation; a replay runs nothing).
+]]
+function M.slurm_allocation(path)
+  local entries = read_entries(path)
+  local job, nodes, cpus = nil, {}, {}
+  for i = 2, #entries do
+    local program = entries[i].program
+    local node = type(program) == "string" and program:match("^srun .-%-%-nodelist=(%S+)")
+    if node and not cpus[node] then
+      job = job or program:match(" %-%-jobid=(%S+)")
+      nodes[#nodes + 1], cpus[node] = node, math.tointeger(tonumber(program:match(" %-%-cpus%-per%-task=(%d+)")))
+    end
+  end
+  if #nodes == 0 then
+    error(("replay: recording `%s` has no provider on a Slurm allocation, which this pool would need"):format(path), 0)
+  end
+  return require("smol.slurm").recorded(job, nodes, cpus)
 end
 
 return M
