@@ -137,6 +137,7 @@ describe("provider workspace copy: what it leaves out", function()
     local req = conn:call("open", ph.open_params({workspace_sync = {host_path = src}}))
     assert.equals("permission_denied", req.error and req.error.code)
     assert.matches("`" .. src .. "/secret` is unreadable", req.error.message, 1, true)
+    assert.matches("^open: ", req.error.message)   -- as the request's other errors are
     sh(("rm %s/secret && mkdir -m 700 %s/private"):format(src, src))
     if not ph.IS_ROOT then sh("chmod 000 " .. src .. "/private") end
     req = conn:call("open", ph.open_params({workspace_sync = {host_path = src}}))

@@ -114,8 +114,13 @@ static void abandon(opening *o, const failure *f) {
   opening_free(o);
 }
 
+/* The method the opening answers: "open", or "fork". */
+static const char *method_of(const opening *o) {
+  return o->r ? o->r->method : "open";
+}
+
 static void cancelled_failure(failure *f, const opening *o) {
-  fail(f, "unknown_session", "%s: session `%s` was closed while it opened", o->r ? o->r->method : "open", o->s->id);
+  fail(f, "unknown_session", "%s: session `%s` was closed while it opened", method_of(o), o->s->id);
 }
 
 /* ====================================================== progress */
@@ -184,6 +189,14 @@ static const failure *job_failure(const opening *o) {
   return NULL;
 }
 
+/* f named after the method, as the request's other errors are ("fork: ..."); the copy does not know it. */
+static void with_method(failure *out, const failure *f, const opening *o) {
+  const char *method = method_of(o);
+  size_t n = strlen(method);
+  if (strncmp(f->message, method, n) == 0 && f->message[n] == ':') *out = *f;
+  else fail(out, f->code, "%s: %s", method, f->message);
+}
+
 static void job_ended(job *j, void (*next)(opening *)) {
   opening *o = j->data;
   o->job = NULL;
@@ -193,7 +206,7 @@ static void job_ended(job *j, void (*next)(opening *)) {
   failure f;
   if (o->cancelled) { cancelled_failure(&f, o); abandon(o, &f); return; }
   const failure *bad = job_failure(o);
-  if (bad) { abandon(o, bad); return; }
+  if (bad) { with_method(&f, bad, o); abandon(o, &f); return; }
   next(o);
 }
 
@@ -211,7 +224,7 @@ static bool run_job(opening *o, const char *phase, job_work_fn work, job_done_fn
   o->job = job_start(provider_ctx()->loop, work, done, o);
   if (o->job) return true;
   failure f;
-  fail(&f, "limit_exceeded", "open: cannot start a thread to copy the workspace: %s", strerror(errno));
+  fail(&f, "limit_exceeded", "%s: cannot start a thread to copy the workspace: %s", method_of(o), strerror(errno));
   abandon(o, &f);
   return false;
 }
