@@ -80,18 +80,7 @@ end
 
 -- s with each byte that is not part of valid UTF-8 made U+FFFD: lua-cjson
 -- writes a string's bytes as they are, and every line must be UTF-8.
-local function valid_utf8(s)
-  local parts, at = {}, 1
-  while true do
-    local _, bad = utf8.len(s, at)
-    if not bad then break end
-    parts[#parts + 1] = s:sub(at, bad - 1) .. "\u{FFFD}"
-    at = bad + 1
-  end
-  if at == 1 then return s end
-  parts[#parts + 1] = s:sub(at)
-  return table.concat(parts)
-end
+local valid_utf8 = core.valid_utf8
 
 -- nil when the JSON text is valid UTF-8, else what is wrong, for a message.
 local function not_utf8(payload)
