@@ -119,6 +119,20 @@ void session_discard_sandbox(session *s) {
   discard_start(discard_new(s));
 }
 
+void session_hold(session *s) {
+  s->held_by++;
+}
+
+void session_release(session *s) {
+  if (--s->held_by == 0 && s->close_req) session_discard(s, s->close_req, NULL, NULL);
+}
+
+bool session_hold_close(session *s, request *r) {
+  if (s->held_by == 0) return false;
+  s->close_req = r;
+  return true;
+}
+
 void discards_finish(void) {
   while (table()->first) job_finish_now(table()->first->job);
   free(provider_ctx()->discards);
