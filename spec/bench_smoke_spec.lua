@@ -98,3 +98,14 @@ describe("bench/archive_bench.lua", function()
     end
   end)
 end)
+
+describe("bench/offloop_bench.lua", function()
+  it("prints every figure", function()
+    local out, ok = run({}, "bench/offloop_bench.lua", {"200", PROVIDER})
+    assert(ok, out)
+    for _, label in ipairs{"files removed", "remove took ms", "idle describe ms", "idle exec ms",
+                           "probes during remove", "busy describe ms", "busy exec ms"} do
+      assert_figure(out, label)
+    end
+  end)
+end)
