@@ -127,3 +127,83 @@ describe("an abandoned provider root", function()
     assert.same({}, ph.list(base))
   end)
 end)
+
+describe("a bubblewrap session whose sandbox helper stops answering", function()
+  after_each(function() ph.stop_all() end)
+
+  -- The pids of pid's children (from /proc, every thread's).
+  local function children(pid)
+    local found = {}
+    for _, task in ipairs(ph.list("/proc/" .. pid .. "/task")) do
+      for child in (ph.read_host(("/proc/%d/task/%s/children"):format(pid, task)) or ""):gmatch("%d+") do
+        found[#found + 1] = tonumber(child)
+      end
+    end
+    return found
+  end
+
+  -- The helper of the only sandbox the provider runs: bwrap's child (pid 1 inside).
+  local function only_helper(conn)
+    local helpers = {}
+    for _, pid in ipairs(children(conn.pid)) do
+      if (ph.read_host("/proc/" .. pid .. "/comm") or ""):match("^bwrap") then
+        for _, child in ipairs(children(pid)) do helpers[#helpers + 1] = {bwrap = pid, helper = child} end
+      end
+    end
+    assert.equals(1, #helpers, "not one sandbox running")
+    return helpers[1]
+  end
+
+  -- Sessions a and b, a's helper stopped, and 8 spawns sent to a: STARTs of ~100 KB
+  -- each, so the control socket is full after a few and the rest wait in the provider.
+  local function stop_helper()
+    local conn, base = start()
+    local a = ph.open(conn, profile_of("bwrap/default"))
+    local pids = only_helper(conn)
+    local b = ph.open(conn, profile_of("bwrap/default"))
+    sh(conn, b, ": > kept")
+    assert(os.execute("kill -STOP " .. pids.helper))
+    local big = string.rep("x", 100000)
+    local spawns = {}
+    for i = 1, 8 do spawns[i] = conn:send("spawn", {session = a, argv = {"true", big}}) end
+    return conn, base, a, b, pids, spawns
+  end
+
+  -- The stuck sandbox is gone, its session refuses commands and closes, the other one goes on.
+  local function assert_ended(conn, base, a, b, pids)
+    assert.is_true(ph.wait_until(function() return not ph.alive(pids.helper) and not ph.alive(pids.bwrap) end, 10),
+      "the stuck sandbox is still there")
+    local after = ph.exec(conn, a, {"true"})
+    assert.matches("cannot start", after.error and after.error.message)
+    assert.same({}, conn:call("close", a, {timeout = 10}).result)
+    assert.same({"s2"}, session_dirs(base))
+    assert.equals(0, ph.exec(conn, b, {"true"}).result.exit_code)
+  end
+
+  it("delays only its own session, whose commands end within their deadline, leaving nothing", function()
+    local conn, base, a, b, pids, spawns = stop_helper()
+    local timed = conn:send("exec", {session = a, argv = {"sleep", "60"}, timeout_ms = 1000, kill_grace_ms = 100})
+    assert.is_true(served_meanwhile(conn, b, timed), "the other session waited for the stopped helper")
+    for i = 1, 8 do
+      assert.is_true(conn:wait(spawns[i], 5))
+      assert.is_string(spawns[i].result and spawns[i].result.process_id)
+    end
+    -- the exec's deadline passed; its kill is never answered: the sandbox is ended instead
+    assert.is_true(conn:wait(timed, 30), "the exec on the stuck session was never answered")
+    assert.equals("KILL", timed.result and timed.result.signal)
+    assert.equals("wall", timed.result.timed_out)
+    assert.matches("session s1: the sandbox helper reported no exit 5000 ms after a SIGKILL .* ending its sandbox",
+      table.concat(conn.stderr_tail, "\n"))
+    assert_ended(conn, base, a, b, pids)
+  end)
+
+  it("is ended when what waits for it is not taken within the deadline", function()
+    local conn, base, a, b, pids, spawns = stop_helper()
+    assert.is_true(served_meanwhile(conn, b, {}))
+    for i = 1, 8 do assert.is_true(conn:wait(spawns[i], 5)) end
+    assert.is_true(ph.wait_until(function()
+      return table.concat(conn.stderr_tail, "\n"):find("session s1: the sandbox helper took no message for 10000 ms", 1, true) ~= nil
+    end, 20), "the stuck helper was never noticed")
+    assert_ended(conn, base, a, b, pids)
+  end)
+end)

@@ -84,7 +84,9 @@ static discard *discard_new(session *s) {
   d->close_wait = s->close_wait;
   d->close_done = s->close_done;
   d->close_data = s->close_data;
-  s->close_wait = NULL;
+  s->close_wait = NULL;   /* all three: a later close must not end the same sandbox again */
+  s->close_done = NULL;
+  s->close_data = NULL;
   return d;
 }
 
