@@ -212,6 +212,7 @@ static int local_start(session *s, proc *p, const spawn_spec *spec) {
   int rc = watch_child(s, p, pid);
   if (rc < 0) {   /* no pidfd: we could never learn of its exit, so do not keep it */
     kill(-pid, SIGKILL);
+    /* On the loop, but not waiting on anything it runs: a child killed before it could do anything dies at once. */
     waitpid(pid, NULL, 0);
     relay_sched_idle(&ctx->sched);
     return rc;
@@ -276,7 +277,11 @@ static void local_close(session *s) {
   local_end *e = calloc(1, sizeof *e);
   if (!e) abort();
   e->id = strdup(s->id);
-  /* first, while their parents still link them to the session */
+  /*
+  ** First, while their parents still link them to the session. One walk
+  ** of /proc on the loop (a snapshot must be taken before the groups die;
+  ** ~1 ms per 1000 processes of the host), skipped when no stray can exist.
+  */
   strays_kill_session(s->groups, s->ngroups, s->tmp_host, &e->strays);
   for (size_t i = 0; i < s->ngroups; i++) kill(-s->groups[i], SIGKILL);
   e->groups = malloc((s->ngroups ? s->ngroups : 1) * sizeof *e->groups);

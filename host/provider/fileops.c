@@ -6,8 +6,9 @@
 ** (none waits on another process: file_open.h), and a large file moves in
 ** ranged chunks chosen by the client, at most one line's worth (MAX_READ,
 ** the host's line cap) per request, through the page cache (no fsync).
-** `remove`, whose cost is the size of a whole tree, runs on a job
-** (removing.h).
+** `list_dir` stats each entry of one directory: its reply, encoded on the
+** loop anyway, is as large. `remove`, whose cost is the size of a whole
+** tree, runs on a job (removing.h).
 */
 #define _GNU_SOURCE
 #include "fileops.h"
