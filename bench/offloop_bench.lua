@@ -8,8 +8,11 @@ Session A writes NFILES (default 100000) empty files in 100 directories,
 then asks to `remove` them; meanwhile session B sends `describe` and
 `exec {"true"}` one after the other until the remove is answered.
 Prints B's idle figures, the remove's duration, and B's median and
-worst latency while it ran. PROVIDER defaults to the bundled
-smolwf-provider (give an older build to compare), PROFILE to
+worst latency while it ran. For a bwrap profile, then: A's sandbox
+helper is stopped (SIGSTOP) and sent 8 STARTs of 100 KB, more than its
+control socket holds, and B's describe and exec latency is printed
+(SIGCONT after). PROVIDER defaults to the bundled
+smolwf-provider (give an older build to compare; "" for the default), PROFILE to
 local/default.
 ]]
 local core = require "smol.core"
@@ -17,7 +20,7 @@ local wire = require "smol.provider.conformance.wire"
 local json = wire.json
 
 local nfiles = tonumber(arg[1] or "100000")
-local provider = arg[2] or core.bundled_provider()
+local provider = (arg[2] or "") ~= "" and arg[2] or core.bundled_provider()
 local pname, name = (arg[3] or "local/default"):match("^(.-)/(.*)$")
 
 local conn = assert(wire.start({provider, "serve"}, {}))
@@ -78,5 +81,41 @@ print(("idle exec ms           %.2f"):format(median(idle_e)))
 print(("probes during remove   %d"):format(#busy_d))
 print(("busy describe ms       %.2f median, %.0f worst"):format(median(busy_d), worst_d))
 print(("busy exec ms           %.2f median, %.0f worst"):format(median(busy_e), worst_e))
+
+-- The pid of A's sandbox helper: the child of the provider's only bwrap child opened first.
+local function first_helper(bwrap_pid)
+  local f = assert(io.open(("/proc/%d/task/%d/children"):format(bwrap_pid, bwrap_pid)))
+  local pid = f:read("a"):match("%d+")
+  f:close()
+  return assert(pid, "bwrap has no child")
+end
+
+local function first_bwrap()
+  local f = assert(io.open(("/proc/%d/task/%d/children"):format(conn.pid, conn.pid)))
+  local kids = f:read("a")
+  f:close()
+  for pid in kids:gmatch("%d+") do
+    local c = io.open("/proc/" .. pid .. "/comm")
+    local comm = c and c:read("a") or ""
+    if c then c:close() end
+    if comm:match("^bwrap") then return tonumber(pid) end
+  end
+end
+
+if pname == "bwrap" then
+  -- a fresh pair, so the first bwrap child is the new A's
+  call("close", a)
+  call("close", b)
+  a = open()
+  local helper = first_helper(assert(first_bwrap(), "no bwrap child"))
+  b = open()
+  assert(os.execute("kill -STOP " .. helper))
+  local big = string.rep("x", 100000)
+  for _ = 1, 8 do conn:send("spawn", {session = a, argv = {"true", big}}) end
+  local d, e = probe(b)
+  print(("stopped helper describe ms %.2f"):format(d))
+  print(("stopped helper exec ms %.2f"):format(e))
+  os.execute("kill -CONT " .. helper)
+end
 call("shutdown", {})
 conn:wait_exit(60)
