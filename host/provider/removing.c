@@ -91,8 +91,8 @@ void method_remove(request *r, session *s, const cJSON *params) {
   }
   struct stat st;
   int err = dirfd < 0 ? -dirfd : fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 ? errno : 0;
-  if (!err && start(r, s, dirfd, name, p.given)) return;
-  /* Missing, or no thread to be had: here and now (a thread that cannot start is a provider out of memory). */
+  if (!err && S_ISDIR(st.st_mode) && start(r, s, dirfd, name, p.given)) return;
+  /* Missing, one file (one unlink), or no thread to be had: here and now. */
   if (!err) err = -tree_remove(dirfd, name);
   if (dirfd >= 0) close(dirfd);
   answer(r, err, p.given);
