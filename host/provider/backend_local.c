@@ -286,7 +286,7 @@ static void local_close(session *s) {
   for (size_t i = 0; i < s->ngroups; i++) kill(-s->groups[i], SIGKILL);
   e->groups = malloc((s->ngroups ? s->ngroups : 1) * sizeof *e->groups);
   if (!e->groups) abort();
-  memcpy(e->groups, s->groups, s->ngroups * sizeof *e->groups);
+  if (s->ngroups) memcpy(e->groups, s->groups, s->ngroups * sizeof *e->groups);   /* s->groups is NULL before the first */
   e->ngroups = s->ngroups;
   s->close_wait = end_wait;
   s->close_done = end_done;
