@@ -21,6 +21,7 @@
 
 #include "backend.h"
 #include "context.h"
+#include "discard.h"
 #include "process.h"
 #include "sandbox_helper.h"
 #include "session.h"
@@ -40,6 +41,14 @@ void proc_exited(proc *p, int wait_status) {
   (void)p;
   (void)wait_status;
   exits_seen++;
+}
+
+/* A sandbox that became unusable (never here, unless the helper fails): ended here and now. */
+void session_discard_sandbox(session *s) {
+  if (!s->close_wait) return;
+  s->close_wait(s->close_data);
+  s->close_done(s->close_data);
+  s->close_wait = NULL;
 }
 
 /* The session has no disk allowance, so the disk watch never asks for its processes. */

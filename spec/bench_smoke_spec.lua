@@ -130,3 +130,20 @@ describe("bench/binary_output_bench.lua", function()
     end
   end)
 end)
+
+describe("bench/offloop_bench.lua", function()
+  it("prints every figure", function()
+    for _, profile in ipairs{"local/default", "bwrap/default"} do
+      local out, ok = run({}, "bench/offloop_bench.lua", {"200", PROVIDER, profile})
+      assert(ok, out)
+      for _, label in ipairs{"files removed", "remove took ms", "idle describe ms", "idle exec ms",
+                             "probes during remove", "busy describe ms", "busy exec ms"} do
+        assert_figure(out, label)
+      end
+      if profile:match("^bwrap") then
+        assert_figure(out, "stopped helper describe ms")
+        assert_figure(out, "stopped helper exec ms")
+      end
+    end
+  end)
+end)

@@ -86,7 +86,12 @@ uint64_t archive_op_taken(archive_op *x) {
   return n;
 }
 
-/* Waits for the worker to return: it has reported done, or it was aborted and stops at its next chunk. */
+/*
+** Waits for the worker to return: it has reported done, or it was aborted
+** and stops at its next chunk. On the loop, so bounded by one chunk's work
+** (at most 16 MiB written or 1 MiB packed, through non-blocking opens):
+** never by the archive's size, nor by another process.
+*/
 static void join(archive_op *x) {
   if (!x->running) return;
   uv_thread_join(&x->thread);

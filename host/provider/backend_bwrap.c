@@ -7,9 +7,14 @@
 **   open   socketpairs -> `bwrap ... helper` (channel on its fd 0 and 1)
 **          -> the loop reads HELLO (or bwrap's failure, and says why)
 **   start  START, tracked at once: nothing is waited for (a START the
-**          helper could not run comes back as FAILED on the events channel)
+**          helper could not run comes back as FAILED on the events channel;
+**          one the socket has no room for waits in the outbox,
+**          helper_outbox.h)
 **   exit   EXITED {tag, status} on the events channel, read by the loop
-**   signal SIGNAL {tag, signo}: the helper signals the command's group
+**   signal SIGNAL {tag, signo}: the helper signals the command's group; a
+**          SIGKILL not followed by EXITED within KILL_ANSWER_MS, or an
+**          outbox stuck for SEND_TIMEOUT_MS, means the helper is stuck:
+**          its commands end as killed and its sandbox is ended on a job
 **   close  close the control channel: the helper (pid 1) exits and the
 **          kernel kills everything left in the namespace; then reap bwrap
 */
@@ -33,8 +38,10 @@
 #include "bwrap_args.h"
 #include "bwrap_probe.h"
 #include "context.h"
+#include "discard.h"
 #include "disk_cap.h"
 #include "errcodes.h"
+#include "helper_outbox.h"
 #include "process.h"
 #include "sandbox_helper.h"
 #include "session.h"
@@ -43,19 +50,26 @@
 /* Bounds on waiting for the helper: it answers in microseconds unless it is gone. */
 #define STARTUP_TIMEOUT_MS 10000
 /*
-** A START waits only for room in the control socket: the helper drains it
-** as fast as it starts commands, so a full socket for this long means it is stuck.
+** The helper drains the control socket as fast as it starts commands, so
+** messages that wait this long for room mean it is stuck.
 */
 #define SEND_TIMEOUT_MS 10000
+/* The helper reaps a command its SIGKILL ended at once: no EXITED this long after it means it is stuck. */
+#define KILL_ANSWER_MS 5000
 #define EXIT_TIMEOUT_MS 2000
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 typedef struct running {
   uint64_t tag;
   proc *p;
+  uint64_t killed_at;      /* uv_now() when a SIGKILL for it went out, 0 before */
 } running;
 
 typedef struct bwrap_state {
   int control_fd;          /* our end of the control channel */
+  helper_outbox *outbox;   /* what goes out on it, never waiting; NULL once it is closed */
+  uv_timer_t answer_timer; /* due when a killed command's EXITED is late; at once when the sandbox became unusable */
   int events_fd;           /* our end of the events channel */
   int helper_pidfd;        /* the helper (pid 1 inside), from HELLO */
   pid_t bwrap_pid;         /* the bwrap monitor process, our child */
@@ -77,26 +91,6 @@ typedef struct bwrap_state {
 static void close_fds(int fds[2]) {
   for (int i = 0; i < 2; i++) if (fds[i] >= 0) close(fds[i]);
   fds[0] = fds[1] = -1;
-}
-
-/* Sends msg with up to three fds (-1 entries skipped). 0 or -errno. */
-static int send_message(int sock, const void *msg, size_t len, const int *fds, int nfds) {
-  union { struct cmsghdr h; char buf[CMSG_SPACE(3 * sizeof(int))]; } ctl;
-  struct iovec iov = {(void *)msg, len};
-  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-  if (nfds > 0) {
-    memset(&ctl, 0, sizeof ctl);
-    mh.msg_control = ctl.buf;
-    mh.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
-    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
-    memcpy(CMSG_DATA(c), fds, (size_t)nfds * sizeof(int));
-  }
-  ssize_t n;
-  do n = sendmsg(sock, &mh, MSG_NOSIGNAL); while (n < 0 && errno == EINTR);
-  return n < 0 ? -errno : 0;
 }
 
 /* Receives one reply and at most two fds (fds[i] = -1 if absent). Bytes read, 0 at EOF, or -errno. */
@@ -121,12 +115,6 @@ static ssize_t recv_reply(int sock, helper_reply *r, int fds[2], int flags) {
   return n;
 }
 
-static void set_timeouts(int sock, int ms) {
-  struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-  setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-}
-
 /* ====================================================== bookkeeping */
 
 static void track(bwrap_state *st, uint64_t tag, proc *p) {
@@ -135,7 +123,7 @@ static void track(bwrap_state *st, uint64_t tag, proc *p) {
     st->running = realloc(st->running, st->running_cap * sizeof *st->running);
     if (!st->running) abort();
   }
-  st->running[st->nrunning++] = (running){tag, p};
+  st->running[st->nrunning++] = (running){tag, p, 0};
 }
 
 /* The proc started under tag, removed from the table; NULL if unknown. */
@@ -268,7 +256,6 @@ static bool take_hello(session *s, bwrap_state *st) {
   if (ok) keep_hello(s, st, &hello, fds);
   else close_fds(fds);
   stop_starting(st);
-  if (ok) set_timeouts(st->control_fd, SEND_TIMEOUT_MS);
   backend_opened(s, ok ? NULL : &f);
   return ok;
 }
@@ -333,8 +320,9 @@ static pid_t start_bwrap(session *s, int control, int events, int errfd) {
 
 /*
 ** Waits for bwrap to exit after the helper was told to (its control
-** channel closed), then by force; reaps it. Blocks up to 2 * EXIT_TIMEOUT_MS:
-** on the loop only when a channel broke, else on the removal job (end_later).
+** channel closed), then by force; reaps it. Blocks up to 2 * EXIT_TIMEOUT_MS,
+** so never on the loop: on the job that then removes the session's files
+** (end_later).
 */
 static void await_end(pid_t pid, int pidfd, int helper_pidfd) {
   struct pollfd p = {pidfd, POLLIN, 0};
@@ -346,16 +334,6 @@ static void await_end(pid_t pid, int pidfd, int helper_pidfd) {
     poll(&h, 1, EXIT_TIMEOUT_MS);
   }
   while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
-}
-
-/* Ends the sandbox and reaps bwrap: politely (the helper exits), then by force. */
-static void end_sandbox(bwrap_state *st) {
-  if (st->control_fd >= 0) close(st->control_fd);
-  st->control_fd = -1;
-  if (st->bwrap_pid <= 0) return;
-  await_end(st->bwrap_pid, st->bwrap_pidfd, st->helper_pidfd);
-  strays_disown(st->bwrap_pid);
-  st->bwrap_pid = 0;
 }
 
 /* A sandbox told to end, waited for on the job that then removes the session's files. */
@@ -372,6 +350,7 @@ static void end_wait(void *data) {
 static void end_done(void *data) {
   sandbox_end *e = data;
   strays_disown(e->pid);   /* owned until reaped: nothing else reaps it first */
+  strays_reap();   /* a helper that outlived a bwrap killed by force is our child now (we are a subreaper) */
   if (e->pidfd >= 0) close(e->pidfd);
   if (e->helper_pidfd >= 0) close(e->helper_pidfd);
   free(e);
@@ -383,6 +362,8 @@ static void end_done(void *data) {
 ** close_wait (session.h), done before its files are removed.
 */
 static void end_later(session *s, bwrap_state *st) {
+  if (st->outbox) outbox_close(st->outbox);   /* before the fd goes: libuv watches it */
+  st->outbox = NULL;
   if (st->control_fd >= 0) close(st->control_fd);
   st->control_fd = -1;
   if (st->bwrap_pid <= 0) return;
@@ -463,10 +444,16 @@ static int check_binds(const profile *p, failure *f) {
 }
 
 static void bwrap_close(session *s);
+static void on_outbox_broken(void *data, int err);
+static void on_answer_timer(uv_timer_t *t);
 
-/* The loop's handle for HELLO, then exits, from the helper. Its data is the session. */
+/* The loop's handles for HELLO, then exits, from the helper, and for what goes to it. Their data is the session. */
 static void watch_sandbox(session *s, bwrap_state *st) {
   uv_loop_t *loop = provider_ctx()->loop;
+  st->outbox = outbox_new(loop, st->control_fd, SEND_TIMEOUT_MS, on_outbox_broken, s);
+  uv_timer_init(loop, &st->answer_timer);
+  st->answer_timer.data = s;
+  st->handles_open++;
   uv_poll_init(loop, &st->events_watch, st->events_fd);
   st->events_watch.data = s;
   uv_poll_start(&st->events_watch, UV_READABLE, on_events);
@@ -551,17 +538,66 @@ static int send_start(bwrap_state *st, const spawn_spec *spec, uint64_t tag) {
   if (spec->fd_in >= 0) fds[nfds++] = spec->fd_in;
   if (spec->fd_out >= 0) fds[nfds++] = spec->fd_out;
   if (spec->fd_err >= 0) fds[nfds++] = spec->fd_err;
-  int rc = send_message(st->control_fd, msg, len, fds, nfds);
+  int rc = outbox_send(st->outbox, msg, len, fds, nfds);
   free(msg);
   return rc;
 }
 
-/* After a channel failure the helper cannot be trusted to be in step: end the session's sandbox. */
-static int channel_broken(bwrap_state *st, int err) {
-  fprintf(stderr, "smolwf-provider: bubblewrap session channel: %s\n", strerror(-err));
+/*
+** The sandbox cannot be used any more: its helper is stuck, or its
+** channel broke (then the helper cannot be trusted to be in step). Its
+** commands end as killed, on the next turn of the loop (not inside the
+** start or signal that found it out), and the sandbox is ended: told at
+** once, waited for on a job, so nothing of it is left while the provider
+** serves every other session. Later starts fail with EPIPE.
+*/
+static void sandbox_unusable(session *s, bwrap_state *st, const char *why, int err) {
+  if (st->broken) return;
+  fprintf(stderr, "smolwf-provider: session %s: %s (%s): ending its sandbox and its commands\n", s->id, why,
+          strerror(-err));
   st->broken = true;
-  end_sandbox(st);
-  return err == -EAGAIN ? -ETIMEDOUT : err;
+  end_later(s, st);
+  session_discard_sandbox(s);
+  uv_timer_start(&st->answer_timer, on_answer_timer, 0, 0);
+}
+
+static void on_outbox_broken(void *data, int err) {
+  session *s = data;
+  const char *why = err == -ETIMEDOUT ? "the sandbox helper took no message for " STR(SEND_TIMEOUT_MS) " ms"
+                                      : "the sandbox helper's control channel broke";
+  sandbox_unusable(s, s->backend_data, why, err);
+}
+
+/* When the oldest unanswered SIGKILL is due (UINT64_MAX: none waits). */
+static uint64_t kill_answer_due(const bwrap_state *st) {
+  uint64_t due = UINT64_MAX;
+  for (size_t i = 0; i < st->nrunning; i++)
+    if (st->running[i].killed_at && st->running[i].killed_at + KILL_ANSWER_MS < due)
+      due = st->running[i].killed_at + KILL_ANSWER_MS;
+  return due;
+}
+
+static void arm_answer_timer(bwrap_state *st) {
+  uint64_t due = kill_answer_due(st), now = uv_now(provider_ctx()->loop);
+  if (due == UINT64_MAX) uv_timer_stop(&st->answer_timer);
+  else uv_timer_start(&st->answer_timer, on_answer_timer, due > now ? due - now : 0, 0);
+}
+
+static void on_answer_timer(uv_timer_t *t) {
+  session *s = t->data;
+  bwrap_state *st = s->backend_data;
+  if (st->broken) { helper_lost(st); return; }
+  if (kill_answer_due(st) <= uv_now(provider_ctx()->loop))
+    sandbox_unusable(s, st, "the sandbox helper reported no exit " STR(KILL_ANSWER_MS) " ms after a SIGKILL", -ETIMEDOUT);
+  else
+    arm_answer_timer(st);
+}
+
+/* A SIGKILL went out for tag: its EXITED is due within KILL_ANSWER_MS. */
+static void expect_exit(bwrap_state *st, uint64_t tag) {
+  for (size_t i = 0; i < st->nrunning; i++)
+    if (st->running[i].tag == tag && !st->running[i].killed_at) st->running[i].killed_at = uv_now(provider_ctx()->loop);
+  if (!uv_is_active((uv_handle_t *)&st->answer_timer)) arm_answer_timer(st);
 }
 
 /*
@@ -575,8 +611,11 @@ static int bwrap_start(session *s, proc *p, const spawn_spec *spec) {
   if (allowed < 0) return allowed;
   uint64_t tag = ++st->next_tag;
   int rc = send_start(st, spec, tag);
-  if (rc == -E2BIG) return rc;
-  if (rc < 0) return channel_broken(st, rc);
+  if (rc == -E2BIG || rc == -EMFILE || rc == -ENFILE) return rc;   /* not sent, and the channel is fine */
+  if (rc < 0) {
+    sandbox_unusable(s, st, "cannot send to the sandbox helper", rc);
+    return rc;
+  }
   p->pid = 1;   /* only a sign that it runs: its pid is the helper's to know (signals go by tag) */
   p->backend_data = (void *)(uintptr_t)tag;
   track(st, tag, p);
@@ -591,8 +630,10 @@ static int bwrap_signal(session *s, proc *p, int signo) {
   bwrap_state *st = s->backend_data;
   if (!st || st->broken) return 0;
   helper_reply m = {HELPER_SIGNAL, signo, (uint64_t)(uintptr_t)p->backend_data};
-  int rc = send_message(st->control_fd, &m, sizeof m, NULL, 0);
-  return rc < 0 ? channel_broken(st, rc) : 0;
+  int rc = outbox_send(st->outbox, &m, sizeof m, NULL, 0);
+  if (rc < 0) sandbox_unusable(s, st, "cannot send to the sandbox helper", rc);
+  else if (signo == SIGKILL) expect_exit(st, m.tag);
+  return 0;   /* a sandbox that is ended ends the command too */
 }
 
 /*
@@ -618,6 +659,8 @@ static void bwrap_close(session *s) {
   stop_watching(st);
   st->events_watch.data = st;
   uv_close((uv_handle_t *)&st->events_watch, free_state);
+  st->answer_timer.data = st;
+  uv_close((uv_handle_t *)&st->answer_timer, free_state);
 }
 
 const backend_ops backend_bwrap = {

@@ -38,7 +38,6 @@ typedef struct child_watch {
   int pidfd;
   pid_t pid;
   proc *p;                     /* NULL once the session was closed: only reap */
-  bool reaped;                 /* reaped by local_close: the pid may name another process now */
   struct child_watch *next;    /* in the session's list */
 } child_watch;
 
@@ -140,7 +139,7 @@ static void unlink_watch(session *s, child_watch *w) {
 
 static void on_child_ready(child_watch *w) {
   int wstatus = 0;
-  pid_t rc = w->reaped ? w->pid : waitpid(w->pid, &wstatus, WNOHANG);
+  pid_t rc = waitpid(w->pid, &wstatus, WNOHANG);
   if (rc == 0 || (rc < 0 && errno == EINTR)) return;   /* not yet: poll again */
   if (rc < 0) wstatus = 0;   /* cannot happen for our own child; report a plain exit */
   epoll_ctl(the_reaper()->epfd, EPOLL_CTL_DEL, w->pidfd, NULL);
@@ -213,6 +212,7 @@ static int local_start(session *s, proc *p, const spawn_spec *spec) {
   int rc = watch_child(s, p, pid);
   if (rc < 0) {   /* no pidfd: we could never learn of its exit, so do not keep it */
     kill(-pid, SIGKILL);
+    /* On the loop, but not waiting on anything it runs: a child killed before it could do anything dies at once. */
     waitpid(pid, NULL, 0);
     relay_sched_idle(&ctx->sched);
     return rc;
@@ -233,30 +233,67 @@ static int local_signal(session *s, proc *p, int signo) {
 /* SIGKILL is not instant: a dying process may hold its files and pipes for a moment. */
 #define CLOSE_WAIT_MS 1000
 
+/* What a close killed, waited for on the job that then removes the session's files (session.h's close_wait). */
+typedef struct local_end {
+  char *id;
+  stray_kills strays;
+  pid_t *groups;
+  size_t ngroups;
+} local_end;
+
+/* On the removal's job: the killed are gone (or CLOSE_WAIT_MS passed for each kind). */
+static void end_wait(void *data) {
+  local_end *e = data;
+  size_t strays = stray_kills_await(&e->strays, CLOSE_WAIT_MS);
+  if (strays) fprintf(stderr, "smolwf-provider: session %s: %zu killed processes outside its groups still running after %d ms\n",
+                      e->id, strays, CLOSE_WAIT_MS);
+  size_t left = groups_await_gone(e->groups, e->ngroups, CLOSE_WAIT_MS);
+  if (left) fprintf(stderr, "smolwf-provider: session %s: %zu killed processes still running after %d ms\n",
+                    e->id, left, CLOSE_WAIT_MS);
+}
+
+/* Back on the loop, before the close is answered: our children among the killed are reaped. */
+static void end_done(void *data) {
+  local_end *e = data;
+  stray_kills_reap(&e->strays);
+  reaper *r = the_reaper();
+  if (r) on_reaper_ready(&r->poll, 0, 0);   /* the watchers of children that died meanwhile reap them */
+  else strays_reap();
+  free(e->id);
+  free(e->groups);
+  free(e);
+}
+
 /*
 ** Kills every group the session ever started (grandchildren left behind
-** by an exited command included) and returns once they are gone (or
-** CLOSE_WAIT_MS passed), with our own children reaped, so that `close`
-** answers only when nothing of the session runs. The watchers stay, without
-** the proc, to reap a child still dying at the deadline and close their pidfds.
+** by an exited command included) and what left them; the wait until they
+** are gone, with our own children reaped, is the session's close_wait, so
+** that `close` answers only when nothing of the session runs while the
+** loop waits for none of it. The watchers stay, without the proc, to reap
+** each child when it dies and close their pidfds.
 */
 static void local_close(session *s) {
   prune_groups(s);
-  /* first, while their parents still link them to the session */
-  size_t strays = strays_kill_session(s->groups, s->ngroups, s->tmp_host, CLOSE_WAIT_MS);
-  if (strays) fprintf(stderr, "smolwf-provider: session %s: %zu killed processes outside its groups still running after %d ms\n",
-                      s->id, strays, CLOSE_WAIT_MS);
+  local_end *e = calloc(1, sizeof *e);
+  if (!e) abort();
+  e->id = strdup(s->id);
+  /*
+  ** First, while their parents still link them to the session. One walk
+  ** of /proc on the loop (a snapshot must be taken before the groups die;
+  ** ~1 ms per 1000 processes of the host), skipped when no stray can exist.
+  */
+  strays_kill_session(s->groups, s->ngroups, s->tmp_host, &e->strays);
   for (size_t i = 0; i < s->ngroups; i++) kill(-s->groups[i], SIGKILL);
-  size_t left = groups_await_gone(s->groups, s->ngroups, CLOSE_WAIT_MS);
-  if (left) fprintf(stderr, "smolwf-provider: session %s: %zu killed processes still running after %d ms\n",
-                    s->id, left, CLOSE_WAIT_MS);
+  e->groups = malloc((s->ngroups ? s->ngroups : 1) * sizeof *e->groups);
+  if (!e->groups) abort();
+  if (s->ngroups) memcpy(e->groups, s->groups, s->ngroups * sizeof *e->groups);   /* s->groups is NULL before the first */
+  e->ngroups = s->ngroups;
+  s->close_wait = end_wait;
+  s->close_done = end_done;
+  s->close_data = e;
   local_state *st = s->backend_data;
   if (!st) return;
-  for (child_watch *w = st->children; w; w = w->next) {
-    w->p = NULL;
-    if (waitpid(w->pid, NULL, WNOHANG) == w->pid) w->reaped = true;
-  }
-  strays_reap();   /* members whose parent died before them are ours to reap now */
+  for (child_watch *w = st->children; w; w = w->next) w->p = NULL;
   free(st);
   s->backend_data = NULL;
   reaper_release();

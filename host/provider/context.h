@@ -28,6 +28,7 @@ typedef struct provider {
   struct provider_root *root;      /* root.c: the private directory of every session */
   struct openings *openings;       /* opening.c: sessions being opened */
   struct discards *discards;       /* discard.c: closed sessions' directories being removed */
+  struct removes *removes;         /* removing.c: `remove` requests in flight */
   struct proc_table *procs;        /* process.c: every process not yet forgotten */
   struct archive_table *archives;  /* archive_op.c: the archives in flight */
   struct reaper *reaper;           /* backend_local.c: the pidfds of local commands */

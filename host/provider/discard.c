@@ -84,7 +84,9 @@ static discard *discard_new(session *s) {
   d->close_wait = s->close_wait;
   d->close_done = s->close_done;
   d->close_data = s->close_data;
-  s->close_wait = NULL;
+  s->close_wait = NULL;   /* all three: a later close must not end the same sandbox again */
+  s->close_done = NULL;
+  s->close_data = NULL;
   return d;
 }
 
@@ -117,6 +119,20 @@ void session_discard(session *s, request *r, const failure *f, request *also) {
 
 void session_discard_sandbox(session *s) {
   discard_start(discard_new(s));
+}
+
+void session_hold(session *s) {
+  s->held_by++;
+}
+
+void session_release(session *s) {
+  if (--s->held_by == 0 && s->close_req) session_discard(s, s->close_req, NULL, NULL);
+}
+
+bool session_hold_close(session *s, request *r) {
+  if (s->held_by == 0) return false;
+  s->close_req = r;
+  return true;
 }
 
 void discards_finish(void) {

@@ -26,6 +26,20 @@ void session_discard(session *s, request *r, const failure *f, request *also);
 */
 void session_discard_sandbox(session *s);
 
+/*
+** A job uses s's files (a fork's copy reads them, a remove empties part
+** of them): until the matching session_release, a close of s ends its
+** commands but leaves its files, so a fork asked for before the close
+** gets the whole snapshot and no two removals race in one tree.
+*/
+void session_hold(session *s);
+
+/* That job is done: when it was the last and s was closed meanwhile, its files go and its close is answered. */
+void session_release(session *s);
+
+/* Closing s (ended, out of the table): true when jobs hold its files, r then answered after the last release. */
+bool session_hold_close(session *s, request *r);
+
 /* Waits until every removal has ended (the provider is stopping). */
 void discards_finish(void);
 

@@ -2,8 +2,13 @@
 ** The file methods (see fileops.h). Every path goes through paths.c, so
 ** nothing here can reach outside the session's workspace and temp area.
 **
-** They run synchronously on the loop: each touches one file or directory,
-** and a large file moves in ranged chunks chosen by the client.
+** They run synchronously on the loop: each touches one file or directory
+** (none waits on another process: file_open.h), and a large file moves in
+** ranged chunks chosen by the client, at most one line's worth (MAX_READ,
+** the host's line cap) per request, through the page cache (no fsync).
+** `list_dir` stats each entry of one directory: its reply, encoded on the
+** loop anyway, is as large. `remove`, whose cost is the size of a whole
+** tree, runs on a job (removing.h).
 */
 #define _GNU_SOURCE
 #include "fileops.h"
@@ -23,7 +28,6 @@
 #include "names.h"
 #include "params.h"
 #include "paths.h"
-#include "tree.h"
 
 /* One read_file answer at most: its base64 must fit the host's line cap (256 MiB). */
 #define MAX_READ (128u * 1024 * 1024)
@@ -182,26 +186,6 @@ void method_read_file(request *r, session *s, const cJSON *params) {
   blob content = {"content_base64", buf, (size_t)n};
   reply_result_blobs(r, result, &content, 1);
   free(buf);
-}
-
-/* ===== remove ===== */
-
-void method_remove(request *r, session *s, const cJSON *params) {
-  resolved p;
-  if (!resolve_param(r, s, params, &p)) return;
-  const char *name;
-  int dirfd = path_open_parent(&p, &name);
-  if (dirfd >= 0 && !name) {
-    close(dirfd);
-    reply_error(r, "permission_denied", "remove `%s`: a session area itself cannot be removed", p.given);
-    return;
-  }
-  struct stat st;
-  int err = dirfd < 0 ? -dirfd : fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 ? errno : 0;
-  if (!err) err = -tree_remove(dirfd, name);
-  if (dirfd >= 0) close(dirfd);
-  if (err) reply_errno(r, err, &p);
-  else reply_result(r, cJSON_CreateObject());
 }
 
 /* ===== create_temp_dir ===== */

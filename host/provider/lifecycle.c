@@ -19,6 +19,7 @@
 #include "disk_cap.h"
 #include "opening.h"
 #include "process.h"
+#include "removing.h"
 #include "root.h"
 #include "session.h"
 
@@ -36,6 +37,7 @@ static void session_end(session *s) {
 
 void sessions_close_all(void) {
   openings_cancel_all();
+  removes_finish();   /* each answered; a session closed meanwhile is discarded by it */
   while (session_first()) {
     session *s = session_first();
     session_end(s);
@@ -54,6 +56,6 @@ void method_close(request *r, const cJSON *params) {
   session *s = session_find(id->valuestring);
   if (!s) { reply_error(r, "unknown_session", "close: no open session `%s`", id->valuestring); return; }
   session_end(s);
-  if (opening_hold_close(s, r)) return;
+  if (session_hold_close(s, r)) return;
   session_discard(s, r, NULL, NULL);   /* r is answered once its files are gone */
 }

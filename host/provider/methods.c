@@ -11,6 +11,7 @@
 #include "lifecycle.h"
 #include "opening.h"
 #include "process_methods.h"
+#include "removing.h"
 #include "session.h"
 
 typedef void (*plain_handler)(request *r, const cJSON *params);

@@ -82,13 +82,7 @@ static void release_parent(opening *o) {
   session *parent = o->parent;
   if (!parent) return;
   o->parent = NULL;
-  if (--parent->copied_by == 0 && parent->close_req) session_discard(parent, parent->close_req, NULL, NULL);
-}
-
-bool opening_hold_close(session *s, request *r) {
-  if (s->copied_by == 0) return false;
-  s->close_req = r;
-  return true;
+  session_release(parent);
 }
 
 /* Frees o; its session and request were taken or answered already. */
@@ -530,7 +524,7 @@ void method_fork(request *r, session *parent, const cJSON *params) {
   if (!s) { reply_failure(r, &f); return; }
   opening *o = opening_new(r, s);
   o->parent = parent;
-  parent->copied_by++;
+  session_hold(parent);
   s->backend = parent->backend;
   param_bool(params, "progress", &o->progress, &f);
   if (!workspace_plan_fork(&o->plan, s, parent, &f)) { s->backend = NULL; abandon(o, &f); return; }

@@ -19,7 +19,7 @@
 ** those events), shutdown, end of input or a signal cancel it: the job
 ** stops at its next file, the sandbox is ended, the files are removed.
 ** A fork's parent closed while the fork copies it keeps its files until
-** the copy is over (opening_hold_close).
+** the copy is over (session_hold, discard.h).
 */
 #ifndef SMOL_OPENING_H
 #define SMOL_OPENING_H
@@ -34,14 +34,6 @@ void method_open(request *r, const cJSON *params);
 
 /* `fork`: a new session whose workspace and tmp start as a copy-on-write snapshot of s's. */
 void method_fork(request *r, session *s, const cJSON *params);
-
-/*
-** Closing s (ended already, out of the table) while forks copy its files:
-** true, and its files are removed and r answered once every copy is over,
-** so a fork asked for before the close gets the whole snapshot. False
-** when no fork copies s.
-*/
-bool opening_hold_close(session *s, request *r);
 
 /* Cancels the opening session id (close: r then gets {} once its files are gone). False if there is none. */
 bool opening_cancel(const char *id, request *r);

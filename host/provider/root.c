@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "context.h"
+#include "job.h"
 #include "keeper.h"
 #include "tree.h"
 
@@ -27,6 +28,8 @@ typedef struct provider_root {
   char *path;
   int fd;
   int keeper_fd;           /* the write end of the keeper's pipe (keeper.h), -1 without one */
+  char *base;              /* where the root is: the sweep's directory */
+  struct job *sweep;       /* removing abandoned roots, NULL once done */
 } provider_root;
 
 const char *root_base(void) {
@@ -63,8 +66,14 @@ static bool abandoned_root(int base_fd, const char *name, int *fd) {
   return flock(*fd, LOCK_EX | LOCK_NB) == 0;
 }
 
-static void sweep_abandoned_roots(const char *base) {
-  DIR *d = opendir(base);
+/*
+** On a job (job.h): an abandoned root holds whatever its sessions wrote,
+** 100k files as easily as none, and the open that made our root, like
+** every other request, is served meanwhile. Never cut short.
+*/
+static void sweep_work(job *j) {
+  const provider_root *r = j->data;
+  DIR *d = opendir(r->base);
   if (!d) return;
   for (struct dirent *e; (e = readdir(d));) {
     int fd = -1;
@@ -72,6 +81,18 @@ static void sweep_abandoned_roots(const char *base) {
     if (fd >= 0) close(fd);
   }
   closedir(d);
+}
+
+static void swept(job *j) {
+  provider_root *r = j->data;
+  r->sweep = NULL;
+}
+
+/* Sweeps base on a job (here and now when no thread can be had); our own root is locked, so left alone. */
+static void start_sweep(provider_root *r, const char *base) {
+  r->base = strdup(base);
+  r->sweep = job_start(provider_ctx()->loop, sweep_work, swept, r);
+  if (!r->sweep) sweep_work(&(job){.data = r});
 }
 
 /* Makes and locks a new root under base; false (errno set) when it cannot. */
@@ -97,11 +118,11 @@ const char *root_path(void) {
   if (ctx->root) return ctx->root->path;
   provider_root *r = ctx_alloc(sizeof *r);
   const char *base = root_base();
-  sweep_abandoned_roots(base);
   if (!make_root(r, base)) { free(r); return NULL; }
   r->keeper_fd = keeper_start(r->path);
   if (r->keeper_fd < 0) fprintf(stderr, "smolwf-provider: cannot start the keeper of %s: %s\n", r->path, strerror(errno));
   ctx->root = r;
+  start_sweep(r, base);
   return r->path;
 }
 
@@ -114,11 +135,14 @@ void root_remove(void) {
   provider *ctx = provider_ctx();
   provider_root *r = ctx->root;
   if (!r) return;
+  if (r->sweep) job_finish_now(r->sweep);   /* nothing else is served any more: its end is waited for here */
   close(r->fd);
   if (r->keeper_fd >= 0) close(r->keeper_fd);   /* the keeper looks once more, finds nothing, exits */
+  /* On the loop: it serves nothing more, and every session's files went on jobs already (what is left failed there). */
   int rc = tree_remove(AT_FDCWD, r->path);
   if (rc < 0) fprintf(stderr, "smolwf-provider: removing %s: %s\n", r->path, strerror(-rc));
   free(r->path);
+  free(r->base);
   free(r);
   ctx->root = NULL;
 }

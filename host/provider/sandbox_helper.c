@@ -69,9 +69,8 @@ static void *grow(void *array, size_t *cap, size_t elem) {
 
 /* ====================================================== sending */
 
-/* Sends msg with nfds (at most 2) fds attached. 0 or -errno. */
-static int send_with_fds(int sock, const void *msg, size_t len, const int *fds, int nfds) {
-  union { struct cmsghdr h; char buf[CMSG_SPACE(2 * sizeof(int))]; } ctl;
+int helper_send(int sock, const void *msg, size_t len, const int *fds, int nfds, int flags) {
+  union { struct cmsghdr h; char buf[CMSG_SPACE(3 * sizeof(int))]; } ctl;
   struct iovec iov = {(void *)msg, len};
   struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
   if (nfds > 0) {
@@ -85,7 +84,7 @@ static int send_with_fds(int sock, const void *msg, size_t len, const int *fds, 
     memcpy(CMSG_DATA(c), fds, (size_t)nfds * sizeof(int));
   }
   ssize_t n;
-  do n = sendmsg(sock, &mh, MSG_NOSIGNAL); while (n < 0 && errno == EINTR);
+  do n = sendmsg(sock, &mh, MSG_NOSIGNAL | flags); while (n < 0 && errno == EINTR);
   return n < 0 ? -errno : 0;
 }
 
@@ -99,7 +98,7 @@ static void queue_report(helper *h, uint32_t type, uint64_t tag, int value) {
 static void flush_exits(helper *h) {
   size_t sent = 0;
   while (sent < h->npending) {
-    int rc = send_with_fds(HELPER_EVENTS_FD, &h->pending[sent], sizeof *h->pending, NULL, 0);
+    int rc = helper_send(HELPER_EVENTS_FD, &h->pending[sent], sizeof *h->pending, NULL, 0, 0);
     if (rc == -EAGAIN) break;
     if (rc < 0) { errno = -rc; die("events channel"); }
     sent++;
@@ -298,7 +297,7 @@ static void say_hello(int mounted) {
   int fds[2] = {(int)syscall(SYS_pidfd_open, getpid(), 0), open(SANDBOX_WORKSPACE, O_PATH | O_DIRECTORY | O_CLOEXEC)};
   if (fds[0] < 0) die("pidfd_open");
   if (fds[1] < 0) die(SANDBOX_WORKSPACE);
-  int rc = send_with_fds(HELPER_EVENTS_FD, &hello, sizeof hello, fds, 2);
+  int rc = helper_send(HELPER_EVENTS_FD, &hello, sizeof hello, fds, 2, 0);
   close(fds[0]);
   close(fds[1]);
   if (rc < 0) { errno = -rc; die("events channel"); }

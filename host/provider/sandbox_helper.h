@@ -86,6 +86,9 @@ typedef struct helper_reply {
 */
 uint64_t helper_build_id(void);
 
+/* Sends msg on a channel socket with up to three fds attached (flags: MSG_DONTWAIT or 0). 0 or -errno. */
+int helper_send(int sock, const void *msg, size_t len, const int *fds, int nfds, int flags);
+
 /* `smolwf-provider helper`: the helper's main. Returns only on a usage error. */
 int sandbox_helper_main(int argc, char **argv);
 

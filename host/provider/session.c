@@ -64,7 +64,7 @@ void session_free(session *s) {
   if (s->written_fd >= 0) close(s->written_fd);
   if (s->tmp_fd >= 0) close(s->tmp_fd);
   free(s->ws.host_path);
-  if (s->root) {
+  if (s->root) {   /* only a session that never opened still has it: its empty directories, here and now */
     int rc = tree_remove(root_fd(), s->id);
     if (rc < 0) fprintf(stderr, "smolwf-provider: removing %s: %s\n", s->root, strerror(-rc));
   }

@@ -63,7 +63,7 @@ typedef struct session {
   void (*close_done)(void *data);
   void *close_data;
   bool closing;
-  unsigned copied_by;       /* forks whose copy reads this session's files right now (opening.c) */
+  unsigned held_by;         /* jobs using this session's files right now: forks' copies, removes (discard.h) */
   struct request *close_req;   /* a close that came meanwhile: answered once they are done and the files gone */
   struct session *next;     /* in the table of open sessions */
 } session;

@@ -98,24 +98,42 @@ static void spread(proc_table *t, const pid_t *groups, size_t n) {
   for (size_t i = 0; i < t->n; i++) t->e[i].stray = t->e[i].inside && !groups_contain(groups, n, t->e[i].pgrp);
 }
 
-/* SIGKILLs the strays, waits for them to be gone, reaps those that are our children now. */
-static size_t kill_strays(proc_table *t, int timeout_ms) {
-  int *pidfds = calloc(t->n ? t->n : 1, sizeof *pidfds);
-  pid_t *pids = calloc(t->n ? t->n : 1, sizeof *pids);
-  size_t n = 0;
-  for (size_t i = 0; pidfds && pids && i < t->n; i++) {
+/* SIGKILLs the strays; hands back their pidfds (which the table lets go of) and pids. */
+static void kill_strays_nowait(proc_table *t, stray_kills *out) {
+  out->pidfds = calloc(t->n ? t->n : 1, sizeof *out->pidfds);
+  out->pids = calloc(t->n ? t->n : 1, sizeof *out->pids);
+  out->n = 0;
+  for (size_t i = 0; out->pidfds && out->pids && i < t->n; i++) {
     proc_entry *e = &t->e[i];
     if (!e->stray) continue;
     syscall(SYS_pidfd_send_signal, e->pidfd, SIGKILL, NULL, 0);
-    pidfds[n] = e->pidfd;
-    pids[n++] = e->pid;
-    e->pidfd = -1;   /* pidfds_await_gone closes it */
+    out->pidfds[out->n] = e->pidfd;
+    out->pids[out->n++] = e->pid;
+    e->pidfd = -1;   /* stray_kills_await closes it */
   }
-  size_t left = pidfds_await_gone(pidfds, n, timeout_ms);
+}
+
+size_t stray_kills_await(stray_kills *k, int timeout_ms) {
+  size_t left = pidfds_await_gone(k->pidfds, k->n, timeout_ms);
+  free(k->pidfds);
+  k->pidfds = NULL;
+  return left;
+}
+
+void stray_kills_reap(stray_kills *k) {
   /* A stray whose parent died is ours now (we are its subreaper): reap it. */
-  for (size_t i = 0; i < n; i++) waitpid(pids[i], NULL, WNOHANG);
-  free(pidfds);
-  free(pids);
+  for (size_t i = 0; i < k->n; i++) waitpid(k->pids[i], NULL, WNOHANG);
+  free(k->pids);
+  free(k->pidfds);
+  *k = (stray_kills){0};
+}
+
+/* SIGKILLs the strays, waits for them to be gone, reaps those that are our children now. */
+static size_t kill_strays(proc_table *t, int timeout_ms) {
+  stray_kills k;
+  kill_strays_nowait(t, &k);
+  size_t left = stray_kills_await(&k, timeout_ms);
+  stray_kills_reap(&k);
   return left;
 }
 
@@ -131,21 +149,26 @@ static bool strays_possible(const pid_t *groups, size_t n) {
   return waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) == 0 || errno != ECHILD;
 }
 
-size_t strays_kill_session(const pid_t *groups, size_t n, const char *tmpdir, int timeout_ms) {
-  if (!strays_possible(groups, n)) return 0;
-  proc_table t;
-  table_read(&t);
+/* Marks in t the session's processes and, below them, its strays. */
+static void find_session(proc_table *t, const pid_t *groups, size_t n, const char *tmpdir) {
+  table_read(t);
   pid_t self = getpid();
-  for (size_t i = 0; i < t.n; i++) {
-    proc_entry *e = &t.e[i];
+  for (size_t i = 0; i < t->n; i++) {
+    proc_entry *e = &t->e[i];
     e->inside = groups_contain(groups, n, e->pgrp);
     /* re-parented to us after its parent exited: the session's if it carries its TMPDIR */
     if (!e->inside && e->ppid == self && tmpdir) e->inside = has_tmpdir(e->pid, tmpdir);
   }
-  spread(&t, groups, n);
-  size_t left = kill_strays(&t, timeout_ms);
+  spread(t, groups, n);
+}
+
+void strays_kill_session(const pid_t *groups, size_t n, const char *tmpdir, stray_kills *out) {
+  *out = (stray_kills){0};
+  if (!strays_possible(groups, n)) return;
+  proc_table t;
+  find_session(&t, groups, n, tmpdir);
+  kill_strays_nowait(&t, out);
   table_free(&t);
-  return left;
 }
 
 size_t strays_kill_all(int timeout_ms) {

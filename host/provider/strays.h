@@ -16,18 +16,31 @@
 /* Makes the provider the subreaper of everything it starts. Call once, before serving. */
 void strays_init(void);
 
+/* What strays_kill_session killed: pidfds to wait on, pids to reap. */
+typedef struct stray_kills {
+  int *pidfds;
+  pid_t *pids;
+  size_t n;
+} stray_kills;
+
 /*
 ** Kills (SIGKILL) the processes of a local session outside its groups:
 ** every descendant of a member of the n groups, and every process
 ** re-parented to the provider whose environment has TMPDIR=tmpdir (each
 ** command of a local session gets its session's own TMPDIR), with their
-** descendants. Waits at most timeout_ms for them to be gone and reaps
-** those that are the provider's children. Returns how many were still
-** running at the deadline.
+** descendants. Does not wait, so a close never waits on the loop: the
+** killed are handed back in out, for stray_kills_await (on any thread,
+** a removal's job) and then stray_kills_reap (on the loop).
 */
-size_t strays_kill_session(const pid_t *groups, size_t n, const char *tmpdir, int timeout_ms);
+void strays_kill_session(const pid_t *groups, size_t n, const char *tmpdir, stray_kills *out);
 
-/* At exit: kills every remaining descendant of the provider, waits as above and reaps. */
+/* Waits at most timeout_ms until every killed one is gone (closing the pidfds); how many were not. */
+size_t stray_kills_await(stray_kills *k, int timeout_ms);
+
+/* Reaps those that are the provider's children now, and frees k's arrays. */
+void stray_kills_reap(stray_kills *k);
+
+/* At exit: kills every remaining descendant of the provider, waits at most timeout_ms for them and reaps (nothing else is served by then). */
 size_t strays_kill_all(int timeout_ms);
 
 /*

@@ -16,11 +16,17 @@
 ** Commands may still be writing while `remove` runs: TOP is listed again
 ** until it is found empty, or a pass makes no progress (then the first
 ** error says why, e.g. a mount point below it).
+**
+** $SMOLWF_PROVIDER_REMOVE_PACE_MS=N makes removal pause N ms after each
+** file and directory it removes: a test seam, so specs can act while a
+** removal runs, as $SMOLWF_PROVIDER_COPY_PACE_MS does for copies.
 */
 #define _GNU_SOURCE
 #include "tree.h"
 
 #include <dirent.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
@@ -41,6 +47,19 @@ typedef struct removal {
   unsigned long next;      /* the number the next moved directory gets */
   int err;                 /* the first error (negative errno), 0 while none */
 } removal;
+
+static unsigned pace_ms;
+static pthread_once_t pace_read = PTHREAD_ONCE_INIT;
+
+static void read_pace(void) {
+  const char *pace = getenv("SMOLWF_PROVIDER_REMOVE_PACE_MS");
+  pace_ms = pace ? (unsigned)strtoul(pace, NULL, 10) : 0;
+}
+
+/* After each entry removed: the test seam's pause, if any. */
+static void paced(void) {
+  if (pace_ms) usleep(pace_ms * 1000u);
+}
 
 static void note(removal *rm, int err) {
   if (rm->err == 0 && err != 0) rm->err = -err;
@@ -108,7 +127,7 @@ static bool flatten(removal *rm, int dir) {
   bool changed = false;
   for (struct dirent *e; (e = readdir(d));) {
     if (is_dot(e->d_name)) continue;
-    if (e->d_type != DT_DIR && unlinkat(dir, e->d_name, 0) == 0) { changed = true; continue; }
+    if (e->d_type != DT_DIR && unlinkat(dir, e->d_name, 0) == 0) { changed = true; paced(); continue; }
     if (e->d_type != DT_DIR && errno != EISDIR) { note(rm, errno); continue; }
     changed |= hoist(rm, dir, e->d_name);
   }
@@ -123,7 +142,7 @@ static bool take_dir(removal *rm, const char *name) {
   if (dir < 0) { note(rm, errno); return false; }
   bool changed = flatten(rm, dir);
   close(dir);
-  if (unlinkat(rm->top, name, AT_REMOVEDIR) == 0) return true;
+  if (unlinkat(rm->top, name, AT_REMOVEDIR) == 0) { paced(); return true; }
   if (errno != ENOTEMPTY && errno != EEXIST) note(rm, errno);
   return changed;
 }
@@ -151,7 +170,7 @@ static bool pass(removal *rm, bool *empty) {
     if (is_dot(e->d_name)) continue;
     *empty = false;
     unsigned long from = rm->next;
-    if (e->d_type != DT_DIR && unlinkat(rm->top, e->d_name, 0) == 0) { changed = true; continue; }
+    if (e->d_type != DT_DIR && unlinkat(rm->top, e->d_name, 0) == 0) { changed = true; paced(); continue; }
     if (e->d_type != DT_DIR && errno != EISDIR) { note(rm, errno); continue; }
     changed |= take_dir(rm, e->d_name);
     changed |= take_hoisted(rm, from);
@@ -185,6 +204,7 @@ static int remove_once(int dirfd, const char *name) {
 }
 
 int tree_remove(int dirfd, const char *name) {
+  pthread_once(&pace_read, read_pace);
   int rc = remove_once(dirfd, name);
   if (rc != -EMFILE && rc != -ENFILE) return rc;
   /* Out of descriptors: removal must still happen, so spend the ones kept back for it. */
