@@ -210,6 +210,10 @@ describe("provider profiles", function()
       {"a bind over /workspace", {profiles = {{name = "bwrap/x", binds = {{host = "/opt", sandbox = "/workspace/o"}}}}},
        "would cover the sandbox's own /workspace"},
       {"a bad env name", {profiles = {{name = "bwrap/x", env = {["A=B"] = "1"}}}}, 'invalid variable name "A=B"'},
+      {"bytes that are not UTF-8", '{"profiles": [{"name": "bwrap/r", "root": "/srv/r\255fs"}]}',
+       "not valid UTF%-8 %(byte 0xff at offset 49%)"},
+      {"a NUL byte, which would end the file early", '{"profiles": []}\0{"profiles": [{"name": "bwrap/x"}]}',
+       "a NUL byte at offset 16"},
     }
     for _, c in ipairs(cases) do
       it(c[1], function()

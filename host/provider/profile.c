@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include "profile.h"
 #include "context.h"
+#include "utf8.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -458,7 +459,7 @@ static int parse_profile(const cJSON *item, const char *where, char *err, size_t
 
 /* ====================================================== loading the file */
 
-static char *read_whole_file(const char *path, char *err, size_t errlen) {
+static char *read_whole_file(const char *path, size_t *len, char *err, size_t errlen) {
   FILE *f = fopen(path, "rb");
   if (!f) {
     set_err(err, errlen, "profiles file %s: %s", path, strerror(errno));
@@ -473,7 +474,29 @@ static char *read_whole_file(const char *path, char *err, size_t errlen) {
     free(buf);
     return NULL;
   }
+  *len = n;
   return buf;
+}
+
+/*
+** JSON text is UTF-8, and cJSON takes any bytes: a name, path or value
+** that is not UTF-8 would reach replies and messages only repaired, no
+** longer what the file said. A NUL byte would end the parse early, and
+** what follows it would go unread.
+*/
+static int check_text(const char *text, size_t len, const char *path, char *err, size_t errlen) {
+  size_t bad;
+  const char *nul = memchr(text, '\0', len);
+  if (nul) {
+    set_err(err, errlen, "profiles file %s: a NUL byte at offset %zu", path, (size_t)(nul - text));
+    return -1;
+  }
+  if (!utf8_valid(text, len, &bad)) {
+    set_err(err, errlen, "profiles file %s: not valid UTF-8 (byte 0x%02x at offset %zu)", path,
+            (unsigned char)text[bad], bad);
+    return -1;
+  }
+  return 0;
 }
 
 static int parse_document(const cJSON *doc, const char *path, char *err, size_t errlen) {
@@ -507,8 +530,13 @@ static void fold_disk_into_file_size(void) {
 }
 
 static int load_user_file(const char *path, char *err, size_t errlen) {
-  char *text = read_whole_file(path, err, errlen);
+  size_t len;
+  char *text = read_whole_file(path, &len, err, errlen);
   if (!text) return -1;
+  if (check_text(text, len, path, err, errlen) < 0) {
+    free(text);
+    return -1;
+  }
   cJSON *doc = cJSON_Parse(text);
   int rc = -1;
   if (!doc) {
