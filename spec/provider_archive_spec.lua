@@ -164,6 +164,7 @@ describe("provider archive extension", function()
           {"replace_dir", "already_exists", "entry `d`: a directory of that name exists"},
           {"truncated", "invalid_request", "entry `second.bin`: the archive is damaged or ends early"},
           {"garbage", "invalid_request", "not a tar archive"},
+          {"damaged_header", "invalid_request", "the archive is damaged or ends early after entry `caf\u{e9}/" .. ("n"):rep(120) .. "`"},
         }
         for _, c in ipairs(cases) do
           local s = open(conn, profile)

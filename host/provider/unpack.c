@@ -39,6 +39,7 @@ typedef struct unpacker {
   unpack_stats *st;
   failure *f;
   const char *entry;            /* the raw name of the entry being extracted, for messages */
+  char last_done[PATH_MAX];     /* a copy of the last extracted entry's name: libarchive frees its own at the next header */
   const char *what;             /* what messages start with */
 } unpacker;
 
@@ -370,7 +371,7 @@ static bool next_header_failed(unpacker *u) {
     return fail(u->f, "invalid_request", "%s: not a tar archive, or damaged at its start (libarchive: %s)", u->what,
                 u->la->archive_error_string(u->a));
   return fail(u->f, "invalid_request", "%s: the archive is damaged or ends early after entry `%s` "
-              "(libarchive: %s)", u->what, u->entry, u->la->archive_error_string(u->a));
+              "(libarchive: %s)", u->what, u->last_done, u->la->archive_error_string(u->a));
 }
 
 static bool extract_all(unpacker *u) {
@@ -379,6 +380,7 @@ static bool extract_all(unpacker *u) {
   int rc;
   while ((rc = u->la->archive_read_next_header(u->a, &e)) == ARCHIVE_OK || rc == ARCHIVE_WARN) {
     if (!extract_entry(u, e)) return false;
+    snprintf(u->last_done, sizeof u->last_done, "%s", u->entry);
     u->st->entries++;
   }
   if (rc != ARCHIVE_EOF) return next_header_failed(u);
