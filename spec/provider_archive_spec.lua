@@ -376,6 +376,19 @@ describe("provider archive extension", function()
     end)
   end)
 
+  it("`smolwf-provider unpack` prints a UTF-8 line when the refused entry's name is not UTF-8", function()
+    local dir = base .. "/unpack-raw"
+    assert(lfs.mkdir(dir))
+    local p = assert(io.popen(q(ph.PROVIDER) .. " unpack " .. q(dir) .. " " .. q(tars .. "/fifo_raw_name.tar")))
+    local line = p:read("l")
+    p:close()
+    ph.rm(dir)
+    assert.is_not_nil(utf8.len(line), "not UTF-8: " .. line)
+    local out = cjson.decode(line)
+    assert.equals("permission_denied", out.error.code)
+    assert.matches("entry `pipe\u{fffd}` is a FIFO", out.error.message)
+  end)
+
   it("works for an unprivileged provider too", function()
     if not ph.IS_ROOT then return end
     local conn = ph.start{prefix = ph.AS_NOBODY}

@@ -9,9 +9,11 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "unpack.h"
+#include "utf8.h"
 
 #define READ_BLOCK (1024 * 1024)
 
@@ -35,7 +37,10 @@ static int print_result(const unpack_stats *st, const failure *f) {
   if (f) {
     cJSON *e = cJSON_AddObjectToObject(o, "error");
     cJSON_AddStringToObject(e, "code", f->code);
-    cJSON_AddStringToObject(e, "message", f->message);
+    /* The message quotes entry names as the archive has them: a line of JSON must be UTF-8. */
+    char *message = utf8_repair(f->message, strlen(f->message), NULL);
+    cJSON_AddStringToObject(e, "message", message ? message : "(out of memory)");
+    free(message);
   } else {
     cJSON_AddNumberToObject(o, "entries", (double)st->entries);
     cJSON_AddNumberToObject(o, "bytes", (double)st->bytes);
