@@ -5,7 +5,8 @@
 ** a canary directory beside it. Asserts, besides no sanitizer report:
 ** the canary and the directory around both are exactly as before (names,
 ** types, sizes, modes, mtimes), and a refusal has a protocol error code
-** and a UTF-8 message.
+** and a message. (The message quotes entry names as they are, any bytes:
+** what prints it makes it UTF-8, reply.c and unpack_main.c.)
 */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -57,7 +58,7 @@ static void check_failure(const failure *f) {
   bool known = false;
   for (int i = 0; f->code && codes[i]; i++) known |= strcmp(f->code, codes[i]) == 0;
   if (!known) fuzz_fail("unpack failed with an unknown code `%s`", f->code ? f->code : "(none)");
-  if (!fuzz_utf8_valid(f->message, strlen(f->message))) fuzz_fail("unpack's message is not UTF-8");
+  if (!f->message[0]) fuzz_fail("unpack failed (%s) without a message", f->code);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
