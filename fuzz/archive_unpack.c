@@ -37,6 +37,11 @@ static void make_target(void) {
   if (symlink(canary, link) != 0) fuzz_fail("cannot make %s", link);
 }
 
+/* At exit: the harness's directories removed. */
+static void clean_up(void) {
+  tree_remove(AT_FDCWD, base);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
@@ -49,6 +54,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   make_target();
   canary_before = tree_listing(canary);
   base_before = tree_listing_top(base);
+  atexit(clean_up);
   return 0;
 }
 

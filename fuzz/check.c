@@ -66,7 +66,7 @@ cJSON *fuzz_check_reply(const char *line, size_t len) {
 
 char *fuzz_id_key(const cJSON *id) {
   if (cJSON_IsNull(id)) return strdup("null");
-  if (cJSON_IsString(id)) return cJSON_PrintUnformatted(id);
+  if (cJSON_IsString(id)) return fuzz_utf8_valid(id->valuestring, strlen(id->valuestring)) ? cJSON_PrintUnformatted(id) : NULL;
   if (!cJSON_IsNumber(id)) return NULL;
   double d = id->valuedouble;
   if (d != floor(d) || fabs(d) >= 9007199254740992.0) return NULL;

@@ -25,7 +25,7 @@ bool fuzz_utf8_valid(const char *s, size_t n);
 */
 cJSON *fuzz_check_reply(const char *line, size_t len);
 
-/* An id as a key for counting: a string's JSON text, an integer's digits, "null". NULL: not a sound id. */
+/* An id as a key for counting: a UTF-8 string's JSON text, an integer's digits, "null". NULL: not a sound id. */
 char *fuzz_id_key(const cJSON *id);
 
 #endif

@@ -35,7 +35,7 @@ static void session_end(session *s) {
   disk_watch_close(s);
 }
 
-void sessions_close_all(void) {
+void sessions_close_every(void) {
   openings_cancel_all();
   removes_finish();   /* each answered; a session closed meanwhile is discarded by it */
   while (session_first()) {
@@ -44,6 +44,10 @@ void sessions_close_all(void) {
     session_discard(s, NULL, NULL, NULL);
   }
   discards_finish();   /* every sandbox ended and every session's files removed, in parallel */
+}
+
+void sessions_close_all(void) {
+  sessions_close_every();
   root_remove();
 }
 

@@ -13,6 +13,9 @@
 
 void method_close(request *r, const cJSON *params);
 
+/* Closes every open session, opening ones too; the provider's root directory stays (a harness reuses it). */
+void sessions_close_every(void);
+
 /* Closes every open session and removes the provider's root directory. */
 void sessions_close_all(void);
 
