@@ -240,6 +240,7 @@ static void feed_line(const uint8_t *data, size_t len) {
 /* ===== the loop ===== */
 
 static bool deadline_passed;
+static uv_timer_t deadline;   /* run_until's: not counted among the open handles */
 
 static void on_deadline(uv_timer_t *t) {
   (void)t;
@@ -248,23 +249,41 @@ static void on_deadline(uv_timer_t *t) {
 
 /* Runs the loop until done() or ms pass. */
 static void run_until(bool (*done)(void), unsigned ms) {
-  uv_timer_t timer;
   uv_loop_t *loop = provider_ctx()->loop;
-  uv_timer_init(loop, &timer);
+  uv_timer_init(loop, &deadline);
   deadline_passed = false;
-  uv_timer_start(&timer, on_deadline, ms, 0);
+  /* Repeating: a loop turn that runs the timer before it polls must still find one, or the poll waits for good. */
+  uv_timer_start(&deadline, on_deadline, ms, 5);
   drain_replies(false);
   while (!done() && !deadline_passed) {
     uv_run(loop, UV_RUN_ONCE);
     drain_replies(false);
   }
-  uv_close((uv_handle_t *)&timer, NULL);
+  uv_close((uv_handle_t *)&deadline, NULL);
   uv_run(loop, UV_RUN_NOWAIT);
   drain_replies(false);
 }
 
+static void count_handle(uv_handle_t *h, void *arg) {
+  if (!uv_is_closing(h) && h != (uv_handle_t *)&deadline) ++*(unsigned *)arg;
+}
+
+/* The loop's open handles: a process, an archive's worker, a timer of a request each hold one. */
+static unsigned open_handles(void) {
+  unsigned n = 0;
+  uv_walk(provider_ctx()->loop, count_handle, &n);
+  return n;
+}
+
+static unsigned resting_handles;   /* open_handles() with only s1 open and nothing in flight */
+
+/*
+** Every request answered and everything they started gone: the threads
+** of archives joined too, so that the leak check after the input sees
+** no worker halfway through freeing its archive.
+*/
 static bool all_answered(void) {
-  return outstanding() == 0;
+  return outstanding() == 0 && open_handles() <= resting_handles;
 }
 
 /* ===== the session every input starts with ===== */
@@ -283,6 +302,7 @@ static void open_base_session(void) {
   run_until(base_open_answered, CLOSE_MS);
   session *s = session_first();
   if (!s || strcmp(s->id, "s1") != 0 || s->next) fuzz_fail("the harness's session did not open as s1");
+  resting_handles = open_handles();
   clear_tallies();
   changed = false;
 }

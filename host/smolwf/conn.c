@@ -735,6 +735,15 @@ void conn_feed_line(lua_State *L, conn *c, char *line, size_t len) {
   lua_settop(L, top);
 }
 
+#ifdef SMOLWF_FUZZ
+int conn_fuzz_restart(conn *c) {
+  if (c->npending != 0) return -1;
+  c->state = CONN_RUNNING;
+  c->next_id = 1;
+  return 0;
+}
+#endif
+
 conn *conn_check(lua_State *L, int idx) {
   return luaL_checkudata(L, idx, CONN_MT);
 }

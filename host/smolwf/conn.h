@@ -73,4 +73,9 @@ typedef struct conn conn;
 conn *conn_check(lua_State *L, int idx);                        /* the smol.conn at idx (misuse raises) */
 void conn_feed_line(lua_State *L, conn *c, char *line, size_t len); /* one reply line, as read */
 
+#ifdef SMOLWF_FUZZ
+/* The fuzz build only (fuzz/host_reply.c): once nothing is pending (else -1), the connection runs again and counts ids from 1. */
+int conn_fuzz_restart(conn *c);
+#endif
+
 #endif
