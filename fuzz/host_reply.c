@@ -16,20 +16,17 @@
 ** it is started again for the next input.
 */
 #define _GNU_SOURCE
-#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <lauxlib.h>
-#include <lualib.h>
 
 #include "check.h"
 #include "conn.h"
 #include "host.h"
-
-int luaopen_smol_core(lua_State *L);
+#include "host_state.h"
 
 static const char harness_lua[] =
   "local core = require 'smol.core'\n"
@@ -100,17 +97,7 @@ static conn *the_conn(void) {
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
-  smol_host *h = host_get();
-  h->progname = "smolwf";
-  signal(SIGPIPE, SIG_IGN);
-  if (uv_loop_init(&h->loop) != 0 || !(L = h->L = luaL_newstate())) fuzz_fail("cannot set up the host");
-  luaL_openlibs(L);
-  luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
-  lua_pushcfunction(L, luaopen_smol_core);
-  lua_setfield(L, -2, "smol.core");
-  lua_pop(L, 1);
-  if (luaL_loadstring(L, harness_lua) != LUA_OK || lua_pcall(L, 0, 1, 0) != LUA_OK)
-    fuzz_fail("the harness's Lua: %s", lua_tostring(L, -1));
+  L = fuzz_host_state(harness_lua);
   harness_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   return 0;
 }
