@@ -3,7 +3,8 @@
 --   smolwf bench/workflow_bench.lua [PROFILE]      (default profile local/default)
 --
 -- 1. Scheduling 1,000 no-op steps (pure Lua, no sandbox): flat, and as one
---    chain. Target < 1 s.
+--    chain. Target < 1 s. Planning (wf.define, wf.instances) a chain of
+--    5,000 steps defined in reverse order, and of 1,000: linear, i.e. ~5x.
 -- 2. 200 steps each running `true` through the provider with jobs = 8,
 --    side by side with 200 raw `exec` calls from 8 tasks on one session.
 --    Target: engine / raw <= 1.15x.
@@ -70,6 +71,30 @@ local function bench_scheduling()
     print(("schedule 1000 no-op steps (%s): %.3f s  (target < 1 s)")
       :format(chained and "one chain" or "independent", t))
   end
+end
+
+-- A chain defined in reverse: each step needs the one defined after it.
+local function reverse_chain(n)
+  local steps = {}
+  for i = 1, n do
+    steps[i] = { name = "c" .. (n - i + 1), run = function() end, needs = i < n and { "c" .. (n - i) } or nil }
+  end
+  return { name = "reverse", steps = steps }
+end
+
+local function best_planning(n)
+  local best = math.huge
+  for _ = 1, ROUNDS do
+    local def = reverse_chain(n)
+    best = math.min(best, timed(function() wf.instances(wf.define(def)) end))
+  end
+  return best
+end
+
+local function bench_planning()
+  local small, large = best_planning(1000), best_planning(5000)
+  print(("plan a chain of 5000 steps defined in reverse: %.3f s (1000 steps: %.3f s, %.1fx for 5x the steps)")
+    :format(large, small, large / small))
 end
 
 local function exec_steps(n)
@@ -188,6 +213,7 @@ local function bench_progress()
 end
 
 bench_scheduling()
+bench_planning()
 bench_exec()
 bench_output()
 bench_progress()

@@ -127,24 +127,62 @@ function M.matches(inst, dep)
   return true
 end
 
--- Kahn's algorithm over steps, ties broken by definition order.
-function M.step_order(steps)
-  local index, pending, order = {}, {}, {}
-  for i, step in ipairs(steps) do index[step.name] = i; pending[i] = #validate.needs_list(step) end
-  local placed = {}
-  while #order < #steps do
-    local progressed = false
-    for i, step in ipairs(steps) do
-      if not placed[i] then
-        local ready = true
-        for _, need in ipairs(validate.needs_list(step)) do
-          if not placed[index[need]] then ready = false; break end
-        end
-        if ready then placed[i] = true; order[#order + 1] = step; progressed = true end
-      end
+-- Each step's index, its needs (as indices) and its dependents (indices).
+local function step_graph(steps)
+  local index, needs, dependents = {}, {}, {}
+  for i, step in ipairs(steps) do index[step.name], dependents[i] = i, {} end
+  for i, step in ipairs(steps) do
+    needs[i] = {}
+    for _, name in ipairs(validate.needs_list(step)) do
+      local j = assert(index[name], "a validated workflow needs only its own steps")
+      needs[i][#needs[i] + 1] = j
+      table.insert(dependents[j], i)
     end
-    assert(progressed, "cycle in a validated workflow")
   end
+  return needs, dependents
+end
+
+--[[
+The order of repeated passes over the definition, each placing (in
+definition order) every step whose needs are placed, earlier in the same
+pass included: a step goes in the first pass after all its needs are
+placed, i.e. the pass of a need defined before it, or the one after the
+pass of a need defined after it. Kahn's algorithm gives each step its pass
+once its needs have theirs; the steps are then listed by pass, in
+definition order within one. Linear in steps and needs: a chain defined
+in reverse order takes as many passes as it has steps.
+]]
+local function passes(steps)
+  local needs, dependents = step_graph(steps)
+  local waiting, ready, pass = {}, {}, {}
+  for i = 1, #steps do
+    waiting[i] = #needs[i]
+    if waiting[i] == 0 then ready[#ready + 1] = i end
+  end
+  local head = 1
+  while head <= #ready do
+    local i = ready[head]
+    head = head + 1
+    pass[i] = 1
+    for _, j in ipairs(needs[i]) do pass[i] = math.max(pass[i], j < i and pass[j] or pass[j] + 1) end
+    for _, d in ipairs(dependents[i]) do
+      waiting[d] = waiting[d] - 1
+      if waiting[d] == 0 then ready[#ready + 1] = d end
+    end
+  end
+  assert(#ready == #steps, "cycle in a validated workflow")
+  return pass
+end
+
+-- The steps in topological order, ties broken by definition order (see passes).
+function M.step_order(steps)
+  local pass, by_pass, order = passes(steps), {}, {}
+  for i, step in ipairs(steps) do
+    by_pass[pass[i]] = by_pass[pass[i]] or {}
+    table.insert(by_pass[pass[i]], step)
+  end
+  -- (every pass up to the last has a step: a step's pass is 1 or one more than a need's)
+  for _, in_pass in ipairs(by_pass) do table.move(in_pass, 1, #in_pass, #order + 1, order) end
   return order
 end
 
