@@ -214,7 +214,7 @@ end
 local function wait_on(obj, key, ready, what)
   local t = running_task()
   if t == nil then return drive(ready, obj, what) end
-  if not ready(obj) then wait_in_task(t, obj, key, ready) end
+  if not ready(obj) then return wait_in_task(t, obj, key, ready) end
 end
 
 --[[

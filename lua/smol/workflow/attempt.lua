@@ -47,10 +47,12 @@ end
 
 -- The environment of every command of the step: the run's (secrets, the
 -- workflow's env), then the step's own env, which wins.
+local NONE = {}
+
 function M.step_env(S, inst)
   local env = {}
-  for k, v in pairs(S.base_env or {}) do env[k] = v end
-  for k, v in pairs(S.defs[inst.id].env or {}) do env[k] = v end
+  for k, v in pairs(S.base_env or NONE) do env[k] = v end
+  for k, v in pairs(S.defs[inst.id].env or NONE) do env[k] = v end
   return env
 end
 
@@ -174,10 +176,10 @@ local function run_attempt(S, inst, n)
   -- appended: after a lost provider the attempts start again at 1 elsewhere
   inst.attempts[#inst.attempts + 1] = record
   observe.notify(S, "step_started", inst, n)
-  local ctx, run = new_context(S, inst, n), S.defs[inst.id].run
+  local ctx = new_context(S, inst, n)
   p.timed_out = false
-  local deadline = inst.timeout and core.now() + inst.timeout
-  local t = task.spawn(guarded_run, run, ctx, deadline, p)
+  -- (no locals for the run function and the deadline: fewer live slots down to the join, see run_instance)
+  local t = task.spawn(guarded_run, S.defs[inst.id].run, ctx, inst.timeout and core.now() + inst.timeout, p)
   p.task = t
   local timer = inst.timeout and core.timer(inst.timeout, function()
     p.timed_out = true
@@ -270,7 +272,9 @@ local function run_attempts(S, inst)
   while not outcome do
     n = n + 1
     outcome = run_attempt(S, inst, n)
-    if placement.lost_during(S, inst, outcome, inst.attempts[#inst.attempts]) then return outcome end
+    if outcome.status == "failed" and placement.lost_during(S, inst, outcome, inst.attempts[#inst.attempts]) then
+      return outcome
+    end
     if not should_stop(p, retry, outcome, n) then
       local delay = (retry.backoff or 0) * 2 ^ (n - 1)
       observe.notify(S, "step_retry", inst, n + 1, delay, retry_note(outcome))
@@ -309,7 +313,7 @@ end
 local function reused(S, inst, record)
   local resume = require "smol.workflow.resume"
   if record.key then
-    S.cache:restore(assert(S.cache:lookup(record.key)), bridge.new(S, inst).session())
+    S.cache:restore(assert(S.cache:lookup(record.key)), bridge.new(S, inst):session())
     S.cache_keys[inst.id], S.used_keys[record.key] = record.key, true
     inst.cache = { status = "reused", key = record.key }
   end
@@ -325,33 +329,55 @@ end
 
 -- The outcome of a started instance: reused, skipped by its condition,
 -- from the cache or from its attempts.
-local function instance_outcome(S, inst)
+local function started_outcome(S, inst)
   local outcome = (S.reuse and S.reuse[inst.id] and reuse_outcome(S, inst)) or condition_outcome(S, inst)
-  if not outcome then
-    if step_cache.enabled(S, S.defs[inst.id]) then outcome = run_cached(S, inst)
-    else
-      step_cache.explain_uncached(S, inst)
-      outcome = run_attempts(S, inst)
-    end
-  end
+  if outcome then return outcome end
+  if step_cache.enabled(S, S.defs[inst.id]) then return run_cached(S, inst) end
+  step_cache.explain_uncached(S, inst)
+  return run_attempts(S, inst)
+end
+
+-- Once the instance has its outcome where it ran: the message names an
+-- undeclared file of another provider, and an own session ends with its
+-- instance (placed again, it opens afresh).
+local function after_outcome(S, inst, outcome)
   placement.explain_missing(S, inst, outcome)
-  -- an own session ends with its instance (placed again, it opens afresh)
-  local key = bridge.session_key(S, inst)
-  if key ~= placement.shared_key(S, inst) then
+  local key = bridge.own_key(S, inst)
+  if key then
     local err = S.sessions:close(key)
     if err then S.warn(("closing the session of %s failed: %s"):format(inst.id, err)) end
   end
-  return outcome
 end
 
+-- The side of a placed instance (see placement.run).
+local function placed_side(S, inst)
+  return {
+    outcome = function()
+      local outcome = started_outcome(S, inst)
+      after_outcome(S, inst, outcome)
+      return outcome
+    end,
+    in_own_task = function(fn, ...) return in_own_task(S, inst, fn, ...) end,
+    session = function() return bridge.new(S, inst):session() end,
+    session_key = function() return bridge.session_key(S, inst) end,
+  }
+end
+
+-- Each instance runs in a fresh coroutine, whose stack grows (a
+-- reallocation) once the calls down to the attempt's join go deep: without
+-- a pool, the outcome comes from as few calls as it can (started_outcome
+-- tail-calls the attempts).
 function M.run_instance(S, inst)
   local p = private(S, inst)
-  local outcome = p.cancel_reason and cancelled(p) or placement.run(S, inst, {
-    outcome = function() return instance_outcome(S, inst) end,
-    in_own_task = function(fn, ...) return in_own_task(S, inst, fn, ...) end,
-    session = function() return bridge.new(S, inst).session() end,
-    session_key = function() return bridge.session_key(S, inst) end,
-  })
+  local outcome
+  if p.cancel_reason then
+    outcome = cancelled(p)
+  elseif S.pool then
+    outcome = placement.run(S, inst, placed_side(S, inst))
+  else
+    outcome = started_outcome(S, inst)
+    after_outcome(S, inst, outcome)
+  end
   if outcome.status == "cancelled" and p.cancel_reason then outcome = cancelled(p) end
   S.outputs[inst.id] = outcome.value
   inst.value = outcome.value

@@ -89,9 +89,13 @@ end
 -- (the step names a sandbox, or says `isolate = true`: then it is forked
 -- from the shared session where the provider can fork one).
 function M.session_key(S, inst)
+  return M.own_key(S, inst) or placement.shared_key(S, inst)
+end
+
+-- The key of the instance's own session, or nil when it uses the shared one.
+function M.own_key(S, inst)
   local def = S.defs[inst.id]
   if def.sandbox or def.isolate then return "step:" .. inst.id end
-  return placement.shared_key(S, inst)
 end
 
 -- The sandbox spec of an instance's session: the step's own or the
@@ -105,47 +109,59 @@ function M.session_spec(S, inst)
   return copy
 end
 
+-- A bridge's methods (a metatable, not closures: one is made per attempt).
+local Bridge = {}
+Bridge.__index = Bridge
+
 function M.new(S, inst)
   local def = S.defs[inst.id]
-  local key = M.session_key(S, inst)
-  local spec = M.session_spec(S, inst)
-  local from = def.isolate and not def.sandbox and placement.shared_key(S, inst) or nil
-  local member = placement.member(S, inst)
-  local b, masked = {}, {}
-  local masker = S.masker
-  -- Output reaches the logs and the views with the secrets masked; a
-  -- secret split between two chunks is held back until the next one.
-  local function emit(stream, chunk)
-    if chunk == "" then return end
-    inst.last_line = M.last_line_of(chunk, inst.last_line)
-    if stream == "stderr" then
-      inst.stderr_tail, inst.stderr_bytes = M.keep_tail(inst.stderr_tail, chunk), (inst.stderr_bytes or 0) + #chunk
-    end
-    observe.notify(S, "step_output", inst, stream, chunk)
-  end
-  local function progress(ev) observe.notify(S, "step_progress", inst, ev) end
-  function b.session()
-    local session = S.sessions:get(key, spec, from, progress, member)
-    inst.sandbox = inst.sandbox or S.sessions:info(key)
-    return session
-  end
-  function b.command_started() inst.stderr_tail, inst.stderr_bytes = nil, nil end
-  function b.output(_, stream, chunk)
-    if not masker or masker:empty() then return emit(stream, chunk) end
-    masked[stream] = masked[stream] or masker:stream()
-    emit(stream, masked[stream]:feed(chunk))
-  end
-  function b.flush_output()
-    for stream, m in pairs(masked) do emit(stream, m:flush()) end
-  end
-  function b.log(_, message)
-    if masker then message = masker:text(message) end
-    inst.last_line = message
-    observe.notify(S, "step_log", inst, message)
-  end
-  function b.artifact(_, path, name) return save_artifact(S, inst, b.session(), path, name) end
-  function b.exit_code(_, code) inst.exit_code = code end
-  return b
+  return setmetatable({ S = S, inst = inst, key = M.session_key(S, inst), spec = M.session_spec(S, inst),
+    from = def.isolate and not def.sandbox and placement.shared_key(S, inst) or nil,
+    member = placement.member(S, inst), masker = S.masker }, Bridge)
 end
+
+function Bridge:session()
+  local S, inst = self.S, self.inst
+  self.progress = self.progress or function(ev) observe.notify(S, "step_progress", inst, ev) end
+  local session = S.sessions:get(self.key, self.spec, self.from, self.progress, self.member)
+  inst.sandbox = inst.sandbox or S.sessions:info(self.key)
+  return session
+end
+
+function Bridge:command_started() self.inst.stderr_tail, self.inst.stderr_bytes = nil, nil end
+
+-- Output reaches the logs and the views with the secrets masked; a
+-- secret split between two chunks is held back until the next one.
+local function emit(b, stream, chunk)
+  if chunk == "" then return end
+  local inst = b.inst
+  inst.last_line = M.last_line_of(chunk, inst.last_line)
+  if stream == "stderr" then
+    inst.stderr_tail, inst.stderr_bytes = M.keep_tail(inst.stderr_tail, chunk), (inst.stderr_bytes or 0) + #chunk
+  end
+  observe.notify(b.S, "step_output", inst, stream, chunk)
+end
+
+function Bridge:output(stream, chunk)
+  local masker = self.masker
+  if not masker or masker:empty() then return emit(self, stream, chunk) end
+  self.masked = self.masked or {}
+  self.masked[stream] = self.masked[stream] or masker:stream()
+  emit(self, stream, self.masked[stream]:feed(chunk))
+end
+
+function Bridge:flush_output()
+  for stream, m in pairs(self.masked or {}) do emit(self, stream, m:flush()) end
+end
+
+function Bridge:log(message)
+  if self.masker then message = self.masker:text(message) end
+  self.inst.last_line = message
+  observe.notify(self.S, "step_log", self.inst, message)
+end
+
+function Bridge:artifact(path, name) return save_artifact(self.S, self.inst, self:session(), path, name) end
+
+function Bridge:exit_code(code) self.inst.exit_code = code end
 
 return M

@@ -97,6 +97,7 @@ end
 
 -- Why an instance the cache does not look at ran (for --explain).
 function M.explain_uncached(S, inst)
+  if not S.explain then return end
   local def = S.defs[inst.id]
   local why = not S.cache and "not cached: the step cache is off for this run"
     or def.cache == false and "not cached: the step says cache = false"
@@ -105,7 +106,7 @@ function M.explain_uncached(S, inst)
 end
 
 local function hit(S, inst, b, entry)
-  local session = b.session()
+  local session = b:session()
   S.made_dirs = S.made_dirs or setmetatable({}, { __mode = "k" })
   S.made_dirs[session] = S.made_dirs[session] or {}
   local value = S.cache:restore(entry, session, S.made_dirs[session])
@@ -174,7 +175,7 @@ function M.store(S, inst, state, value, b, params_read)
   local dynamic = dynamic_parts(S, state, params_read or {})
   local key = result_key(state, dynamic)
   local info = { parts = state.parts, dynamic = dynamic, step = inst.id, workflow = S.run.name }
-  local ok, err = pcall(S.cache.store, S.cache, key, info, b.session(), list(S.defs[inst.id].outputs), text)
+  local ok, err = pcall(S.cache.store, S.cache, key, info, b:session(), list(S.defs[inst.id].outputs), text)
   if not ok then
     if type(err) == "table" and err.code == "missing_output" then return { status = "failed", message = err.message } end
     inst.cache.note = "not stored: " .. tostring(err)
