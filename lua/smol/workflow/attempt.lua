@@ -267,7 +267,7 @@ end
 
 -- The attempts, retried as the step says, until one needs no retry.
 local function run_attempts(S, inst)
-  local p, retry = private(S, inst), S.defs[inst.id].retry or {}
+  local p, retry = private(S, inst), S.defs[inst.id].retry or NONE
   local outcome, n = nil, 0
   while not outcome do
     n = n + 1

@@ -113,18 +113,25 @@ end
 local Bridge = {}
 Bridge.__index = Bridge
 
+-- (what the session is, found when it is first asked for: most steps never open one)
 function M.new(S, inst)
+  return setmetatable({ S = S, inst = inst, masker = S.masker }, Bridge)
+end
+
+local function session_args(b)
+  local S, inst = b.S, b.inst
   local def = S.defs[inst.id]
-  return setmetatable({ S = S, inst = inst, key = M.session_key(S, inst), spec = M.session_spec(S, inst),
-    from = def.isolate and not def.sandbox and placement.shared_key(S, inst) or nil,
-    member = placement.member(S, inst), masker = S.masker }, Bridge)
+  b.key, b.spec = M.session_key(S, inst), M.session_spec(S, inst)
+  b.from = def.isolate and not def.sandbox and placement.shared_key(S, inst) or nil
+  b.member = placement.member(S, inst)
+  b.progress = function(ev) observe.notify(S, "step_progress", inst, ev) end
 end
 
 function Bridge:session()
-  local S, inst = self.S, self.inst
-  self.progress = self.progress or function(ev) observe.notify(S, "step_progress", inst, ev) end
-  local session = S.sessions:get(self.key, self.spec, self.from, self.progress, self.member)
-  inst.sandbox = inst.sandbox or S.sessions:info(self.key)
+  if not self.key then session_args(self) end
+  local sessions = self.S.sessions
+  local session = sessions:get(self.key, self.spec, self.from, self.progress, self.member)
+  self.inst.sandbox = self.inst.sandbox or sessions:info(self.key)
   return session
 end
 
@@ -151,7 +158,8 @@ function Bridge:output(stream, chunk)
 end
 
 function Bridge:flush_output()
-  for stream, m in pairs(self.masked or {}) do emit(self, stream, m:flush()) end
+  if not self.masked then return end
+  for stream, m in pairs(self.masked) do emit(self, stream, m:flush()) end
 end
 
 function Bridge:log(message)

@@ -205,10 +205,11 @@ CTX_MT = {
   end,
 }
 
--- fields: inputs, matrix, params, env, step, id, attempt, report_dir.
+-- fields: inputs, matrix, params, env, step, id, attempt, report_dir; the
+-- table becomes the ctx (a fresh one each time: not copied again).
 function M.new(bridge, fields)
-  local ctx = { _bridge = bridge, _processes = {} }
-  for k, v in pairs(fields) do ctx[k] = v end
+  local ctx = fields
+  ctx._bridge, ctx._processes = bridge, {}
   ctx.matrix = ctx.matrix or {}
   ctx._env = ctx.env or {}
   ctx.env = {}

@@ -174,8 +174,24 @@ local function passes(steps)
   return pass
 end
 
+-- Whether every step needs only steps defined before it (then all are
+-- placed in the first pass: the definition order is the order).
+local function defined_in_order(steps)
+  local seen = {}
+  for _, step in ipairs(steps) do
+    if step.needs ~= nil then
+      for _, name in ipairs(validate.needs_list(step)) do
+        if not seen[name] then return false end
+      end
+    end
+    seen[step.name] = true
+  end
+  return true
+end
+
 -- The steps in topological order, ties broken by definition order (see passes).
 function M.step_order(steps)
+  if defined_in_order(steps) then return table.move(steps, 1, #steps, 1, {}) end
   local pass, by_pass, order = passes(steps), {}, {}
   for i, step in ipairs(steps) do
     by_pass[pass[i]] = by_pass[pass[i]] or {}
@@ -225,8 +241,13 @@ function M.instances(def)
   return (M.expand(def))
 end
 
--- Raises the invalid_workflow error for the problems expand finds.
+-- Raises the invalid_workflow error for the problems expand finds. Only a
+-- matrix can make one: without, each step is one instance, with one of
+-- every step it needs, so the expansion is not made (run makes it).
 function M.check(def)
+  local any_matrix = false
+  for _, step in ipairs(def.steps) do any_matrix = any_matrix or step.matrix ~= nil end
+  if not any_matrix then return def end
   local _, problems = M.expand(def)
   if problems then error(validate.new_error(def.name, problems), 0) end
   return def
