@@ -113,9 +113,15 @@ end
 local Bridge = {}
 Bridge.__index = Bridge
 
--- (what the session is, found when it is first asked for: most steps never open one)
+local masked_output
+
+-- (what the session is, found when it is first asked for: most steps never
+-- open one; a run without secrets has an empty masker, which hides nothing)
 function M.new(S, inst)
-  return setmetatable({ S = S, inst = inst, masker = S.masker }, Bridge)
+  local masker = S.masker and not S.masker:empty() and S.masker or nil
+  local b = setmetatable({ S = S, inst = inst, masker = masker }, Bridge)
+  if masker then b.output = masked_output end
+  return b
 end
 
 local function session_args(b)
@@ -137,29 +143,29 @@ end
 
 function Bridge:command_started() self.inst.stderr_tail, self.inst.stderr_bytes = nil, nil end
 
--- Output reaches the logs and the views with the secrets masked; a
--- secret split between two chunks is held back until the next one.
-local function emit(b, stream, chunk)
+-- Output reaches the logs and the views (bridge:output(stream, chunk),
+-- this when the run has no secrets).
+function Bridge:output(stream, chunk)
   if chunk == "" then return end
-  local inst = b.inst
+  local inst = self.inst
   inst.last_line = M.last_line_of(chunk, inst.last_line)
   if stream == "stderr" then
     inst.stderr_tail, inst.stderr_bytes = M.keep_tail(inst.stderr_tail, chunk), (inst.stderr_bytes or 0) + #chunk
   end
-  observe.notify(b.S, "step_output", inst, stream, chunk)
+  observe.notify(self.S, "step_output", inst, stream, chunk)
 end
 
-function Bridge:output(stream, chunk)
-  local masker = self.masker
-  if not masker or masker:empty() then return emit(self, stream, chunk) end
-  self.masked = self.masked or {}
-  self.masked[stream] = self.masked[stream] or masker:stream()
-  emit(self, stream, self.masked[stream]:feed(chunk))
+-- With the secrets masked: a secret split between two chunks is held back
+-- until the next one.
+function masked_output(b, stream, chunk)
+  b.masked = b.masked or {}
+  b.masked[stream] = b.masked[stream] or b.masker:stream()
+  Bridge.output(b, stream, b.masked[stream]:feed(chunk))
 end
 
 function Bridge:flush_output()
   if not self.masked then return end
-  for stream, m in pairs(self.masked) do emit(self, stream, m:flush()) end
+  for stream, m in pairs(self.masked) do Bridge.output(self, stream, m:flush()) end
 end
 
 function Bridge:log(message)
