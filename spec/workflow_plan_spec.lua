@@ -41,6 +41,18 @@ describe("workflow plan", function()
     assert.are.equal("t[n=2.5]", plan.instance_id("t", { n = 2.5 }, { "n" }))
   end)
 
+  it("orders as passes over the definition would: each pass takes, in definition order, what is ready", function()
+    local passes = { steps = {
+      { name = "c", needs = "b", run = noop }, { name = "a", run = noop }, { name = "b", needs = "a", run = noop },
+      { name = "d", needs = { "c", "a" }, run = noop }, { name = "e", run = noop },
+    } }
+    assert.are.same({ "a", "b", "e", "c", "d" }, ids(plan.instances(passes)))
+    local chain, n = { steps = {} }, 2000
+    for i = 1, n do chain.steps[i] = { name = "c" .. (n - i + 1), needs = i < n and ("c" .. (n - i)) or nil, run = noop } end
+    local order = ids(plan.instances(chain))
+    assert.are.same({ "c1", "c2", "c" .. n }, { order[1], order[2], order[n] })
+  end)
+
   it("selects a step and everything it needs", function()
     local insts = plan.select(plan.instances(def), { "build" })
     assert.are.same({ "deps", "build" }, ids(insts))

@@ -214,6 +214,7 @@ end
 local function wait_on(obj, key, ready, what)
   local t = running_task()
   if t == nil then return drive(ready, obj, what) end
+  -- (a tail call: a frame less on the waiting task's stack, which must not grow for a join)
   if not ready(obj) then return wait_in_task(t, obj, key, ready) end
 end
 

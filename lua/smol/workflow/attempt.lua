@@ -45,10 +45,11 @@ local function inputs_of(S, inst)
   return inputs
 end
 
--- The environment of every command of the step: the run's (secrets, the
--- workflow's env), then the step's own env, which wins.
+-- What an absent table reads as (never written: no table made per step).
 local NONE = {}
 
+-- The environment of every command of the step: the run's (secrets, the
+-- workflow's env), then the step's own env, which wins.
 function M.step_env(S, inst)
   local env = {}
   for k, v in pairs(S.base_env or NONE) do env[k] = v end
