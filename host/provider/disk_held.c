@@ -1,0 +1,130 @@
+/*
+** Unnamed files the session's processes hold (see disk_held.h).
+*/
+#define _GNU_SOURCE
+#include "disk_held.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "group_wait.h"
+
+typedef enum { UNKNOWN, MEMBER, OUTSIDER } membership;
+
+typedef struct proc_row {
+  pid_t pid, ppid, pgrp;
+  membership member;
+} proc_row;
+
+typedef struct proc_table {
+  proc_row *rows;
+  size_t n, cap;
+} proc_table;
+
+void disk_procs_free(disk_procs *who) {
+  free(who->groups);
+  free(who->env);
+  *who = (disk_procs){0};
+}
+
+static void add_row(proc_table *t, proc_row r) {
+  if (t->n == t->cap) {
+    t->cap = t->cap ? 2 * t->cap : 256;
+    t->rows = realloc(t->rows, t->cap * sizeof *t->rows);
+    if (!t->rows) abort();
+  }
+  t->rows[t->n++] = r;
+}
+
+static bool directly_member(const disk_procs *who, const proc_row *r) {
+  return r->pid == who->sandbox || groups_contain(who->groups, who->ngroups, r->pgrp) ||
+         (who->env && proc_env_has(r->pid, who->env, false));
+}
+
+static int by_pid(const void *a, const void *b) {
+  pid_t x = ((const proc_row *)a)->pid, y = ((const proc_row *)b)->pid;
+  return (x > y) - (x < y);
+}
+
+static proc_row *find_row(proc_table *t, pid_t pid) {
+  proc_row key = {.pid = pid};
+  return bsearch(&key, t->rows, t->n, sizeof *t->rows, by_pid);
+}
+
+/*
+** A process descending from a member is one: climbs r's ancestors until
+** one is known (or the chain leaves the table), then marks the whole
+** climb. Each row is settled once, so the table costs n log n.
+*/
+static void settle(proc_table *t, proc_row *r) {
+  membership found = OUTSIDER;
+  for (proc_row *up = r; up; up = up->ppid != up->pid ? find_row(t, up->ppid) : NULL) {
+    if (up->member != UNKNOWN) { found = up->member; break; }
+    up->member = OUTSIDER;   /* for now: also ends a loop of reused pids */
+  }
+  if (found == MEMBER)
+    for (proc_row *up = r; up && up->member == OUTSIDER; up = find_row(t, up->ppid)) up->member = MEMBER;
+}
+
+/* Every running process, marked when it is the session's (descendants of members included). */
+static void read_table(proc_table *t, const disk_procs *who) {
+  DIR *d = opendir("/proc");
+  if (!d) return;
+  pid_t self = getpid();
+  for (struct dirent *e; (e = readdir(d));) {
+    if (!isdigit((unsigned char)e->d_name[0])) continue;
+    proc_row r = {.pid = (pid_t)atol(e->d_name)};
+    if (r.pid == self || !proc_running_stat(r.pid, &r.ppid, &r.pgrp)) continue;
+    r.member = directly_member(who, &r) ? MEMBER : UNKNOWN;
+    add_row(t, r);
+  }
+  closedir(d);
+  qsort(t->rows, t->n, sizeof *t->rows, by_pid);
+  for (size_t i = 0; i < t->n; i++) settle(t, &t->rows[i]);
+}
+
+static bool on_devs(dev_t dev, const dev_t *devs, size_t ndevs) {
+  for (size_t i = 0; i < ndevs; i++)
+    if (devs[i] == dev) return true;
+  return false;
+}
+
+/* Counts the unnamed files of one descriptor table, /proc/PID/task/TID/fd. */
+static void count_table(disk_tally *t, const char *path, const dev_t *devs, size_t ndevs) {
+  DIR *d = opendir(path);
+  if (!d) return;   /* gone meanwhile */
+  for (struct dirent *e; !disk_tally_done(t) && (e = readdir(d));) {
+    struct stat st;
+    if (e->d_name[0] == '.' || fstatat(dirfd(d), e->d_name, &st, 0) < 0) continue;
+    if (S_ISREG(st.st_mode) && st.st_nlink == 0 && on_devs(st.st_dev, devs, ndevs)) disk_tally_add(t, &st);
+  }
+  closedir(d);
+}
+
+static void count_process(disk_tally *t, pid_t pid, const dev_t *devs, size_t ndevs) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%ld/task", (long)pid);
+  DIR *d = opendir(path);
+  if (!d) return;
+  for (struct dirent *e; !disk_tally_done(t) && (e = readdir(d));) {
+    if (!isdigit((unsigned char)e->d_name[0])) continue;
+    char fds[320];
+    snprintf(fds, sizeof fds, "/proc/%ld/task/%s/fd", (long)pid, e->d_name);
+    count_table(t, fds, devs, ndevs);
+  }
+  closedir(d);
+}
+
+void disk_count_held(disk_tally *t, const disk_procs *who, const dev_t *devs, size_t ndevs) {
+  if (!who->ngroups && !who->sandbox && !who->env) return;
+  proc_table table = {0};
+  read_table(&table, who);
+  for (size_t i = 0; i < table.n && !disk_tally_done(t); i++)
+    if (table.rows[i].member == MEMBER) count_process(t, table.rows[i].pid, devs, ndevs);
+  free(table.rows);
+}
