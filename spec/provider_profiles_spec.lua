@@ -197,6 +197,7 @@ describe("provider profiles", function()
       {"an unknown field", {profiles = {{name = "bwrap/x", netwrok = false}}}, 'profiles%[1%]: unknown field "netwrok"'},
       {"an unknown limit", {profiles = {{name = "bwrap/x", limits = {file_sise = 1}}}}, 'unknown limit "file_sise"'},
       {"a bad limit value", {profiles = {{name = "bwrap/x", limits = {file_size = -1}}}}, "limits.file_size: must be a whole number"},
+      {"a bad inode cap", {profiles = {{name = "bwrap/x", limits = {disk_inodes = 0}}}}, "limits.disk_inodes: must be a whole number"},
       {"a built-in name", {profiles = {{name = "bwrap/default"}}}, '"bwrap/default" is already defined'},
       {"an unknown base", {profiles = {{name = "ci/x", base = "ci/nope"}}}, 'unknown profile "ci/nope"'},
       {"a bwrap name on a local base", {profiles = {{name = "bwrap/x", base = "local/default"}}},

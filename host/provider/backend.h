@@ -52,4 +52,7 @@ void backend_opened(struct session *s, const failure *f);
 extern const backend_ops backend_local;
 extern const backend_ops backend_bwrap;
 
+/* A bubblewrap session's sandbox process (our child: every process of the session descends from it), or 0. */
+pid_t backend_bwrap_sandbox_pid(const struct session *s);
+
 #endif

@@ -670,3 +670,8 @@ const backend_ops backend_bwrap = {
   .signal = bwrap_signal,
   .close = bwrap_close,
 };
+
+pid_t backend_bwrap_sandbox_pid(const session *s) {
+  const bwrap_state *st = s->backend == &backend_bwrap ? s->backend_data : NULL;
+  return st && st->bwrap_pid > 0 ? st->bwrap_pid : 0;
+}

@@ -1,12 +1,10 @@
 /*
-** Measuring a session's disk use (see disk_cap.h for the policy). The walk
-** goes through directory fds (openat with O_NOFOLLOW), so a symlink a
-** command planted can neither lead it out of the session nor loop it.
+** Measuring a session's disk use off the loop, and acting on it (see
+** disk_cap.h for the policy).
 */
 #define _GNU_SOURCE
 #include "disk_cap.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -17,136 +15,326 @@
 #include <unistd.h>
 
 #include "context.h"
+#include "disk_held.h"
+#include "disk_walk.h"
+#include "job.h"
 #include "process.h"
 #include "session.h"
 
-/* Deeper trees are still counted down to here; past it directories count as themselves only. */
-#define MAX_DEPTH 128
+/* Files take whole blocks: what is written is counted, and what is left is given, in these. */
+#define BLOCK 4096u
 
-typedef struct walk {
-  uint64_t used, limit;
-  dev_t dev;                  /* the session's filesystem: mounts below are not ours */
-} walk;
-
-static bool over(const walk *w) {
-  return w->limit && w->used > w->limit;
-}
-
-static void count_dir(walk *w, int dirfd, int depth);
-
-static void count_entry(walk *w, int dirfd, const char *name, int depth) {
-  struct stat st;
-  if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) return;   /* removed meanwhile */
-  w->used += (uint64_t)st.st_blocks * 512;
-  if (!S_ISDIR(st.st_mode) || st.st_dev != w->dev || depth >= MAX_DEPTH) return;
-  int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd >= 0) count_dir(w, fd, depth + 1);   /* count_dir closes fd */
-}
-
-/* Counts everything below the directory open at fd, then closes fd. */
-static void count_dir(walk *w, int fd, int depth) {
-  DIR *d = fdopendir(fd);
-  if (!d) {
-    close(fd);
-    return;
-  }
-  struct dirent *e;
-  while (!over(w) && (e = readdir(d)) != NULL) {
-    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-    count_entry(w, dirfd(d), e->d_name, depth);
-  }
-  closedir(d);
-}
-
-/* Counts the area whose O_PATH dirfd is area_fd. */
-static void count_area(walk *w, int area_fd) {
-  if (area_fd < 0) return;
-  int fd = openat(area_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  struct stat st;
-  if (fd < 0 || fstat(fd, &st) < 0) {
-    if (fd >= 0) close(fd);
-    return;
-  }
-  w->dev = st.st_dev;
-  count_dir(w, fd, 0);
-}
+/* A measure may stop counting past this many times a cap: the figure is then "at least" (partial). */
+#define STOP_FACTOR 2
 
 uint64_t disk_usage(const session *s, uint64_t limit) {
-  walk w = {.limit = limit};
-  count_area(&w, s->written_fd);
-  if (!over(&w)) count_area(&w, s->tmp_fd);
-  return w.used;
+  disk_tally t;
+  disk_tally_init(&t, limit, 0, NULL);
+  dev_t dev;
+  if (s->written_fd >= 0) disk_walk_area(&t, s->written_fd, &dev);
+  if (s->tmp_fd >= 0 && !disk_tally_done(&t)) disk_walk_area(&t, s->tmp_fd, &dev);
+  disk_tally_free(&t);
+  return t.bytes;
 }
 
-bool disk_cap_exceeded(const session *s, uint64_t *used) {
-  uint64_t cap = s->profile->limits.disk_bytes;
-  *used = cap ? disk_usage(s, cap) : 0;
-  return cap && *used > cap;
+/* ===== one measure, on a job's thread ===== */
+
+/* What a measure works on: copies, so that it needs nothing of the session (which may close meanwhile). */
+typedef struct measure {
+  struct disk_watch *watch;   /* the loop's side only */
+  int areas[2];               /* the session's written part and tmp (dups) */
+  int view_fd;                /* the workspace as commands see it (dup; its filesystem holds their files), or -1 */
+  disk_procs who;
+  uint64_t stop_bytes, stop_inodes;
+  uint64_t bytes, inodes;     /* the figure */
+  bool partial;               /* counting stopped early: at least this much */
+  unsigned pace_ms;           /* $SMOLWF_PROVIDER_DISK_PACE_MS: a pause in each directory (a test seam) */
+} measure;
+
+static void measure_work(job *j) {
+  measure *m = j->data;
+  disk_tally t;
+  disk_tally_init(&t, m->stop_bytes, m->stop_inodes, j);
+  t.pace_ms = m->pace_ms;
+  dev_t devs[3];
+  size_t ndevs = 0;
+  for (int i = 0; i < 2; i++)
+    if (m->areas[i] >= 0 && !disk_tally_done(&t)) disk_walk_area(&t, m->areas[i], &devs[ndevs++]);
+  struct stat st;
+  if (m->view_fd >= 0 && fstat(m->view_fd, &st) == 0) devs[ndevs++] = st.st_dev;
+  if (!disk_tally_done(&t)) disk_count_held(&t, &m->who, devs, ndevs);
+  m->bytes = t.bytes;
+  m->inodes = t.inodes;
+  m->partial = disk_tally_done(&t);
+  disk_tally_free(&t);
 }
 
-/* ===== the disk watch ===== */
+static int dup_fd(int fd) {
+  return fd < 0 ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, 0);
+}
+
+/* The session's processes, as /proc will show them to the measure. */
+static void snapshot_procs(const session *s, disk_procs *who) {
+  if (s->backend == &backend_bwrap) {
+    who->sandbox = backend_bwrap_sandbox_pid(s);
+    return;
+  }
+  if (s->ngroups) {
+    who->groups = malloc(s->ngroups * sizeof *who->groups);
+    if (!who->groups) abort();
+    memcpy(who->groups, s->groups, s->ngroups * sizeof *who->groups);
+    who->ngroups = s->ngroups;
+  }
+  if (s->tmp_view && asprintf(&who->env, "TMPDIR=%s", s->tmp_view) < 0) abort();
+}
+
+static measure *measure_new(const session *s) {
+  measure *m = calloc(1, sizeof *m);
+  if (!m) abort();
+  m->areas[0] = dup_fd(s->written_fd);
+  m->areas[1] = dup_fd(s->tmp_fd);
+  m->view_fd = s->workspace_fd != s->written_fd ? dup_fd(s->workspace_fd) : -1;
+  snapshot_procs(s, &m->who);
+  const limits *l = &s->profile->limits;
+  m->stop_bytes = l->disk_bytes * STOP_FACTOR;
+  m->stop_inodes = l->disk_inodes * STOP_FACTOR;
+  const char *pace = getenv("SMOLWF_PROVIDER_DISK_PACE_MS");
+  m->pace_ms = pace ? (unsigned)strtoul(pace, NULL, 10) : 0;
+  return m;
+}
+
+static void measure_free(measure *m) {
+  for (int i = 0; i < 2; i++) if (m->areas[i] >= 0) close(m->areas[i]);
+  if (m->view_fd >= 0) close(m->view_fd);
+  disk_procs_free(&m->who);
+  free(m);
+}
+
+/* ===== the disk watch, on the loop ===== */
+
+typedef struct waiting {
+  request *r;
+  cJSON *params;
+  disk_method_fn fn;
+  unsigned after;             /* runs again once measure number `after` has ended */
+  struct waiting *next;
+} waiting;
 
 typedef struct disk_watch {
-  uv_timer_t timer;           /* data: the session; runs while commands run */
-  bool over;                  /* commands were killed for it: refuse new ones until back under */
+  uv_timer_t timer;           /* data: the watch; the pause before the next measure */
+  session *s;                 /* NULL once closed: freed when the timer is closed and no measure runs */
+  bool timer_open;
+  job *measuring;             /* the one measure in flight, or NULL */
+  unsigned started, ended;    /* measures started / ended so far (their numbers) */
+  bool again;                 /* a measure was asked for while one ran */
+  bool measured;              /* a figure exists */
+  uint64_t bytes, inodes;     /* the last figure */
+  bool partial;
+  uint64_t grew, grew_inodes; /* what the last figure grew by since the one before */
+  uint64_t began_ms, took_ms; /* when the measure in flight began (loop time); how long the last one took */
+  uint64_t wrote, made;       /* bytes and files the provider wrote since the last measure began */
+  uint64_t wrote_at_start, made_at_start;
+  bool over;                  /* over an allowance at the last measure: commands killed, new ones refused */
+  bool rerunning;             /* a waiting request runs again: it gets its answer now */
+  waiting *first, *last;
 } disk_watch;
 
-void disk_watch_open(session *s) {
-  if (!s->profile->limits.disk_bytes || s->disk) return;
-  s->disk = ctx_alloc(sizeof *s->disk);
-  uv_timer_init(provider_ctx()->loop, &s->disk->timer);
-  s->disk->timer.data = s;
+static void free_if_done(disk_watch *w) {
+  if (!w->s && !w->timer_open && !w->measuring) free(w);
 }
 
-/* Over the allowance: every running command of the session is killed. */
-static void check(session *s) {
-  uint64_t used;
-  if (!disk_cap_exceeded(s, &used)) return;
-  if (!s->disk->over)
-    fprintf(stderr, "smolwf-provider: session %s uses %llu bytes, over its disk cap of %llu: "
-            "killing its commands\n", s->id, (unsigned long long)used,
-            (unsigned long long)s->profile->limits.disk_bytes);
-  s->disk->over = true;
-  procs_signal_running(s, SIGKILL);
+static void on_timer_closed(uv_handle_t *h) {
+  disk_watch *w = h->data;
+  w->timer_open = false;
+  free_if_done(w);
+}
+
+static void measure_done(job *j);
+static void on_timer(uv_timer_t *t);
+
+static void start_measure(disk_watch *w) {
+  if (w->measuring) { w->again = true; return; }
+  measure *m = measure_new(w->s);
+  m->watch = w;
+  w->wrote_at_start = w->wrote;
+  w->made_at_start = w->made;
+  w->measuring = job_start(provider_ctx()->loop, measure_work, measure_done, m);
+  if (!w->measuring) {   /* no thread now: try again after the usual pause */
+    measure_free(m);
+    uv_timer_start(&w->timer, on_timer, DISK_CHECK_MS, 0);
+    return;
+  }
+  w->started++;
+  w->again = false;
+  w->began_ms = uv_now(provider_ctx()->loop);
 }
 
 static void on_timer(uv_timer_t *t) {
-  check(t->data);
+  start_measure(t->data);
+}
+
+void disk_watch_open(session *s) {
+  const limits *l = &s->profile->limits;
+  if ((!l->disk_bytes && !l->disk_inodes) || s->disk) return;
+  disk_watch *w = calloc(1, sizeof *w);
+  if (!w) abort();
+  w->s = s;
+  uv_timer_init(provider_ctx()->loop, &w->timer);
+  w->timer.data = w;
+  w->timer_open = true;
+  s->disk = w;
+}
+
+static uint64_t used_bytes(const disk_watch *w) {
+  return w->bytes + w->wrote;
+}
+
+static bool over_caps(const disk_watch *w) {
+  const limits *l = &w->s->profile->limits;
+  return (l->disk_bytes && used_bytes(w) > l->disk_bytes) || (l->disk_inodes && w->inodes + w->made > l->disk_inodes);
+}
+
+/* Over an allowance: every running command of the session is killed. */
+static void act(disk_watch *w) {
+  bool was = w->over;
+  w->over = over_caps(w);
+  if (!w->over || !procs_running(w->s)) return;
+  const limits *l = &w->s->profile->limits;
+  if (!was)
+    fprintf(stderr, "smolwf-provider: session %s uses %llu bytes in %llu inodes, over its cap (%llu bytes, "
+            "%llu inodes; 0: none): killing its commands\n", w->s->id, (unsigned long long)used_bytes(w),
+            (unsigned long long)(w->inodes + w->made), (unsigned long long)l->disk_bytes,
+            (unsigned long long)l->disk_inodes);
+  procs_signal_running(w->s, SIGKILL);
+}
+
+/* Requests that waited for the measure just ended get their answer. */
+static void rerun_waiting(disk_watch *w) {
+  while (w->first && w->first->after <= w->ended && w->s) {
+    waiting *q = w->first;
+    w->first = q->next;
+    if (!w->first) w->last = NULL;
+    w->rerunning = true;
+    q->fn(q->r, w->s, q->params);
+    if (w->s) w->rerunning = false;
+    cJSON_Delete(q->params);
+    free(q);
+  }
+}
+
+/* What comes after a measure: another at once, one after a pause while commands run, or none. */
+static void plan_next(disk_watch *w) {
+  if (w->again || w->first) { start_measure(w); return; }
+  if (!procs_running(w->s)) return;
+  const limits *l = &w->s->profile->limits;
+  bool fast = (l->disk_bytes && w->grew > l->disk_bytes / 8) || (l->disk_inodes && w->grew_inodes > l->disk_inodes / 8);
+  /* A big tree is measured at most half the time, so a session's measures never take a whole CPU. */
+  uint64_t pause = w->took_ms > DISK_CHECK_MS ? w->took_ms : DISK_CHECK_MS;
+  uv_timer_start(&w->timer, on_timer, fast ? DISK_CHECK_FAST_MS : pause, 0);
+}
+
+static void measure_done(job *j) {
+  measure *m = j->data;
+  disk_watch *w = m->watch;
+  w->measuring = NULL;
+  if (!w->s) { measure_free(m); free_if_done(w); return; }
+  w->ended = w->started;
+  w->grew = m->bytes > w->bytes ? m->bytes - w->bytes : 0;
+  w->grew_inodes = m->inodes > w->inodes ? m->inodes - w->inodes : 0;
+  w->took_ms = uv_now(provider_ctx()->loop) - w->began_ms;
+  w->bytes = m->bytes;
+  w->inodes = m->inodes;
+  w->partial = m->partial;
+  w->measured = true;
+  /* What the provider wrote after the measure began may be missing from it: it still counts on top. */
+  w->wrote -= w->wrote_at_start;
+  w->made -= w->made_at_start;
+  measure_free(m);
+  act(w);
+  rerun_waiting(w);
+  if (w->s) plan_next(w);
 }
 
 void disk_watch_changed(session *s, bool exited) {
   disk_watch *w = s->disk;
   if (!w) return;
-  if (exited) check(s);
-  bool running = procs_running(s);
-  if (running && !uv_is_active((uv_handle_t *)&w->timer))
-    uv_timer_start(&w->timer, on_timer, DISK_CHECK_MS, DISK_CHECK_MS);
-  else if (!running)
-    uv_timer_stop(&w->timer);
+  if (exited) { uv_timer_stop(&w->timer); start_measure(w); return; }
+  if (!w->measured) start_measure(w);   /* the first figure, for the next command's file-size limit */
+  else if (!w->measuring && !uv_is_active((uv_handle_t *)&w->timer))
+    uv_timer_start(&w->timer, on_timer, DISK_CHECK_MS, 0);
 }
 
 int disk_watch_allows_start(session *s) {
-  uint64_t used;
-  if (!s->disk || !s->disk->over) return 0;
-  s->disk->over = disk_cap_exceeded(s, &used);
-  return s->disk->over ? -EDQUOT : 0;
+  return s->disk && s->disk->over ? -EDQUOT : 0;
 }
 
-bool disk_watch_allows_write(const session *s, uint64_t adding, uint64_t replacing, uint64_t *used, uint64_t *cap) {
-  *cap = s->profile->limits.disk_bytes;
-  if (!*cap) return true;
-  /* Counting stops a little past the cap: enough to tell, without walking a huge tree. */
-  *used = disk_usage(s, *cap + replacing);
-  uint64_t after = (*used > replacing ? *used - replacing : 0) + adding;
-  return after <= *cap;
+void disk_watch_limits(const session *s, limits *l) {
+  const disk_watch *w = s->disk;
+  if (!w || !l->disk_bytes || !w->measured) return;
+  uint64_t used = used_bytes(w), left = used < l->disk_bytes ? (l->disk_bytes - used) / BLOCK * BLOCK : 0;
+  if (l->file_size == RLIM_INFINITY || l->file_size > left) l->file_size = (rlim_t)left;
 }
 
-static void free_watch(uv_handle_t *h) {
-  free(h);   /* the timer is the watch's first member */
+bool disk_watch_allows_write(const session *s, const char *path, uint64_t adding, uint64_t replacing, bool creates,
+                             failure *f) {
+  const disk_watch *w = s->disk;
+  if (!w) return true;
+  const limits *l = &s->profile->limits;
+  if (!w->measured) return fail(f, "limit_exceeded", "write_file `%s`: the session's files were not measured yet", path);
+  if (w->partial)
+    return fail(f, "limit_exceeded", "write_file `%s`: the session's files take more than twice its cap of %llu %s "
+                "(profile `%s`); remove files first", path,
+                (unsigned long long)(l->disk_bytes ? l->disk_bytes : l->disk_inodes),
+                l->disk_bytes && w->bytes > l->disk_bytes ? "bytes" : "inodes", s->profile->name);
+  uint64_t used = used_bytes(w), after = (used > replacing ? used - replacing : 0) + adding;
+  if (l->disk_bytes && after > l->disk_bytes)
+    return fail(f, "limit_exceeded", "write_file `%s`: writing %llu bytes would take the session past its disk cap "
+                "of %llu bytes (its files took %llu at the last measure, with what the provider wrote since; "
+                "profile `%s`); remove files first", path, (unsigned long long)adding,
+                (unsigned long long)l->disk_bytes, (unsigned long long)used, s->profile->name);
+  uint64_t inodes = w->inodes + w->made + (creates ? 1 : 0);
+  if (l->disk_inodes && inodes > l->disk_inodes)
+    return fail(f, "limit_exceeded", "write_file `%s`: a new file would take the session past its inode cap of "
+                "%llu (it had %llu at the last measure, with what the provider wrote since; profile `%s`); "
+                "remove files first", path, (unsigned long long)l->disk_inodes, (unsigned long long)(inodes - 1),
+                s->profile->name);
+  return true;
+}
+
+void disk_watch_wrote(session *s, uint64_t bytes, bool creates) {
+  if (!s->disk) return;
+  s->disk->wrote += (bytes + BLOCK - 1) / BLOCK * BLOCK;
+  s->disk->made += creates ? 1 : 0;
+}
+
+bool disk_watch_recheck(session *s, request *r, const cJSON *params, disk_method_fn fn) {
+  disk_watch *w = s->disk;
+  if (!w || w->rerunning) return false;
+  waiting *q = calloc(1, sizeof *q);
+  if (!q) abort();
+  *q = (waiting){r, params ? cJSON_Duplicate(params, true) : NULL, fn, 0, NULL};
+  start_measure(w);
+  /* A measure in flight began before r came: r waits for the one after it. */
+  q->after = w->started + (w->again ? 1 : 0);
+  if (w->last) w->last->next = q;
+  else w->first = q;
+  w->last = q;
+  return true;
 }
 
 void disk_watch_close(session *s) {
-  if (!s->disk) return;
-  uv_close((uv_handle_t *)&s->disk->timer, free_watch);
+  disk_watch *w = s->disk;
+  if (!w) return;
   s->disk = NULL;
+  for (waiting *q = w->first, *next; q; q = next) {
+    next = q->next;
+    reply_error(q->r, "unknown_session", "%s: session `%s` was closed while the request waited for a disk measure",
+                q->r->method, s->id);
+    cJSON_Delete(q->params);
+    free(q);
+  }
+  w->first = w->last = NULL;
+  w->s = NULL;
+  if (w->measuring) job_cancel(w->measuring);   /* its end frees w */
+  uv_close((uv_handle_t *)&w->timer, on_timer_closed);
 }

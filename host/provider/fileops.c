@@ -89,28 +89,29 @@ static bool write_all(int fd, const char *data, size_t len) {
   return true;
 }
 
-/* The allocated bytes of the file a truncating write replaces (0 when there is none). */
-static uint64_t replaced_bytes(const resolved *p, bool append) {
-  if (append) return 0;
+/* Whether the write's file exists; *bytes: what a truncating write of it replaces (allocated bytes). */
+static bool replaced(const resolved *p, bool append, uint64_t *bytes) {
   int fd = path_open(p, O_PATH | O_NOFOLLOW, 0);
   struct stat st;
-  bool found = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  bool found = fd >= 0 && fstat(fd, &st) == 0;
   if (fd >= 0) close(fd);
-  return found ? (uint64_t)st.st_blocks * 512 : 0;
+  *bytes = found && !append && S_ISREG(st.st_mode) ? (uint64_t)st.st_blocks * 512 : 0;
+  return found;
 }
 
 /*
 ** The session's disk allowance counts the provider's own writes too: a
 ** write that would take the session past it is refused before it happens
-** (commands are stopped by the periodic check instead, disk_cap.h).
+** (commands are stopped by the measures instead, disk_cap.h). True when
+** the write may go ahead; false once r is answered, or waits for a new measure.
 */
-static bool disk_allows(request *r, const session *s, const resolved *p, size_t len, bool append) {
-  uint64_t used = 0, cap = 0;
-  if (!s->profile->limits.disk_bytes) return true;   /* no allowance: no walk */
-  if (disk_watch_allows_write(s, len, replaced_bytes(p, append), &used, &cap)) return true;
-  reply_error(r, "limit_exceeded", "write_file `%s`: writing %zu bytes would take the session past its disk cap "
-              "of %llu bytes (its files take %llu now; profile `%s`); remove files first", p->given, len,
-              (unsigned long long)cap, (unsigned long long)used, s->profile->name);
+static bool disk_allows(request *r, session *s, const cJSON *params, const resolved *p, size_t len, bool append,
+                        bool *creates) {
+  uint64_t bytes = 0;
+  *creates = !replaced(p, append, &bytes);
+  failure f;
+  if (disk_watch_allows_write(s, p->given, len, bytes, *creates, &f)) return true;
+  if (!disk_watch_recheck(s, r, params, method_write_file)) reply_failure(r, &f);
   return false;
 }
 
@@ -125,7 +126,8 @@ void method_write_file(request *r, session *s, const cJSON *params) {
   if (!param_bool(params, "append", &append, &f) || !param_uint(params, "mode", &mode, &f) ||
       !param_base64(params, "content_base64", &data, &len, &f)) { reply_failure(r, &f); return; }
   if (mode != UINT64_MAX && mode > 07777) { free(data); reply_error(r, "invalid_request", "write_file: `mode` %llu is not a permission mode", (unsigned long long)mode); return; }
-  if (!disk_allows(r, s, &p, len, append)) { free(data); return; }
+  bool creates = false;
+  if (!disk_allows(r, s, params, &p, len, append, &creates)) { free(data); return; }
   int fd = file_open_write(&p, r->method, append, mode != UINT64_MAX ? (mode_t)mode : 0644, &f);
   int err = fd < 0 ? 0 : (write_all(fd, data, len) ? 0 : errno);
   if (fd >= 0) close(fd);
@@ -133,6 +135,7 @@ void method_write_file(request *r, session *s, const cJSON *params) {
   if (fd < 0) reply_failure(r, &f);
   else if (err) reply_errno(r, err, &p);
   else reply_result(r, cJSON_CreateObject());
+  if (fd >= 0) disk_watch_wrote(s, len, creates);   /* what was written counts, even when not all of it was */
 }
 
 /* ===== read_file ===== */

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "context.h"
+#include "disk_cap.h"
 #include "signames.h"
 
 #define SPAWN_BUFFER (1024 * 1024)
@@ -509,10 +510,12 @@ static void attach_pipes(proc *p, int fds[3][2]) {
 static int start_command(session *s, proc *p, const proc_options *o, bool want_stdin) {
   int fds[3][2];
   int rc = make_pipes(fds, want_stdin);
+  limits lim = s->profile->limits;
+  disk_watch_limits(s, &lim);
   spawn_spec spec = {
     .argv = o->argv, .envp = o->envp, .cwd = o->cwd,
     .fd_in = want_stdin ? fds[0][0] : null_stdin(), .fd_out = fds[1][1], .fd_err = fds[2][1],
-    .limits = &s->profile->limits,
+    .limits = &lim,
   };
 #ifdef SMOLWF_FUZZ
   /* The fuzz build (fuzz/provider_request.c) runs one harmless command, whatever the request named. */

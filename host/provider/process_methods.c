@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "disk_cap.h"
 #include "errcodes.h"
 #include "params.h"
 #include "paths.h"
@@ -101,6 +102,9 @@ static bool parse_opts(const session *s, const cJSON *params, proc_options *o, f
 
 /* The part exec and spawn share: parse and start. Returns the running proc, or NULL after answering r. */
 static proc *start(request *r, session *s, const cJSON *params, bool is_exec) {
+  /* Refused over the disk cap only once a measure newer than r agrees (files may have been removed since). */
+  if (disk_watch_allows_start(s) < 0 && disk_watch_recheck(s, r, params, is_exec ? method_exec : method_spawn))
+    return NULL;
   proc_options o;
   failure f;
   if (!parse_opts(s, params, &o, &f)) { opts_free(&o); reply_failure(r, &f); return NULL; }

@@ -309,6 +309,7 @@ static const limit_field limit_fields[] = {
   {"processes", offsetof(limits, processes), false},
   {"file_size", offsetof(limits, file_size), false},
   {"disk_bytes", offsetof(limits, disk_bytes), true},
+  {"disk_inodes", offsetof(limits, disk_inodes), true},
   {NULL, 0, false},
 };
 

@@ -42,6 +42,7 @@ void limits_init(limits *l) {
   l->processes = RLIM_INFINITY;
   l->file_size = RLIM_INFINITY;
   l->disk_bytes = 0;
+  l->disk_inodes = 0;
 }
 
 /* ===== the child side: no malloc, no stdio, no strerror ===== */

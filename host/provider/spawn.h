@@ -23,6 +23,7 @@ typedef struct limits {
   rlim_t processes;       /* RLIMIT_NPROC */
   rlim_t file_size;       /* RLIMIT_FSIZE, bytes */
   uint64_t disk_bytes;    /* session's total disk use; 0 = no cap */
+  uint64_t disk_inodes;   /* session's total inodes; 0 = no cap */
 } limits;
 
 typedef struct spawn_spec {

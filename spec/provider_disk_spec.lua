@@ -1,0 +1,114 @@
+-- The disk and inode caps of the bundled provider (host/provider/disk_cap.c,
+-- disk_walk.c, disk_held.c): files at any depth count, so do files a
+-- command unlinked and still holds open, `disk_inodes` caps the number of
+-- files, no single file takes a session past its cap, and the measure runs
+-- off the provider's loop. Each runs on both profiles. Real provider, real
+-- commands.
+local ph = dofile("spec/fixtures/provider_helpers.lua")
+local fs = require "smol.fs"
+local cjson = require "cjson"
+
+local MiB = 1048576
+local PROFILES = {"local", "bwrap"}
+
+-- A provider whose profiles file gives PROVIDER/capped the limits.
+local function start(limits, env)
+  local dir = ph.tempdir()
+  local file = dir .. "/profiles.json"
+  fs.write_file(file, cjson.encode{profiles = {
+    {name = "local/capped", limits = limits}, {name = "bwrap/capped", limits = limits}}})
+  return ph.start{args = {"serve", "--profiles", file}, env_extra = env}
+end
+
+local function open(conn, base)
+  return ph.open(conn, {profile = {provider = base, name = "capped"}})
+end
+
+local function sh(conn, s, script, extra)
+  return ph.exec(conn, s, {"sh", "-c", script}, extra, {timeout = 60})
+end
+
+local function code_of(req)
+  return req.error and req.error.code
+end
+
+-- The command runs until a measure finds the session over its cap and kills it (long before its timeout).
+local function assert_killed(conn, s, script)
+  local r = sh(conn, s, script, {timeout_ms = 40000})
+  assert.is_table(r.result, cjson.encode(r.error or {}))
+  assert.is_falsy(r.result.timed_out)
+  assert.equals("KILL", r.result.signal)
+end
+
+-- Once killed for it, the session's next command is refused.
+local function assert_refused(conn, s)
+  local r = sh(conn, s, "true")
+  assert.equals("limit_exceeded", code_of(r), cjson.encode(r.result or r.error or {}))
+end
+
+describe("provider disk cap", function()
+  after_each(function() ph.stop_all() end)
+
+  for _, base in ipairs(PROFILES) do
+    it("counts files 210 directories deep (" .. base .. ")", function()
+      local conn = start{disk_bytes = MiB}
+      local s = open(conn, base)
+      assert_killed(conn, s, "for i in $(seq 210); do mkdir d && cd d || exit 9; done; " ..
+                             "for j in 1 2 3 4; do head -c 400000 /dev/zero > f$j || exit 8; done; sleep 60")
+      assert_refused(conn, s)
+      local w = ph.op(conn, s, "write_file", {path = "x", content_base64 = ph.b64("x")})
+      assert.equals("limit_exceeded", code_of(w))
+    end)
+
+    it("counts files unlinked while held open (" .. base .. ")", function()
+      local conn = start{disk_bytes = MiB}
+      local s = open(conn, base)
+      -- three files of 900 kB, each under the cap, each gone from the tree but held by the shell
+      assert_killed(conn, s, "exec 3>f3 4>f4 5>f5; for i in 3 4 5; do head -c 900000 /dev/zero >&$i; done; " ..
+                             "rm f3 f4 f5; sleep 60")
+      -- the holder is gone, and the space with it: the session may go on
+      assert.equals(0, sh(conn, s, "true").result.exit_code)
+    end)
+
+    it("caps the number of files with disk_inodes (" .. base .. ")", function()
+      local conn = start{disk_inodes = 100}
+      local s = open(conn, base)
+      assert_killed(conn, s, "mkdir many && cd many && seq 150 | xargs touch && sleep 60")
+      assert_refused(conn, s)
+      local w = ph.op(conn, s, "write_file", {path = "new", content_base64 = ph.b64("")})
+      assert.equals("limit_exceeded", code_of(w))
+      assert.matches("inode cap of 100", w.error.message, 1, true)
+      ph.op(conn, s, "remove", {path = "many", recursive = true})
+      assert.equals(0, sh(conn, s, "true").result.exit_code)
+    end)
+
+    it("lets no single file take the session past its cap (" .. base .. ")", function()
+      local conn = start{disk_bytes = MiB}
+      local s = open(conn, base)
+      local w = ph.op(conn, s, "write_file", {path = "a", content_base64 = ph.b64(("a"):rep(600000))})
+      assert.is_table(w.result, cjson.encode(w.error or {}))
+      -- the command's file-size limit is what was left: it gets SIGXFSZ there
+      local r = sh(conn, s, "exec head -c 5000000 /dev/zero > big")
+      assert.equals("XFSZ", r.result.signal)
+      local big = ph.op(conn, s, "stat", {path = "big"}).result.size
+      assert.is_true(600000 + big <= MiB, "big is " .. big)
+      -- so the session stays under its cap: the next command runs
+      assert.equals(0, sh(conn, s, "true").result.exit_code)
+    end)
+
+    it("answers other requests while a measure runs (" .. base .. ")", function()
+      -- each directory the measure enters costs it 20 ms: 300 of them take at least 6 s
+      local conn = start({disk_bytes = MiB}, {SMOLWF_PROVIDER_DISK_PACE_MS = "20"})
+      local s = open(conn, base)
+      local r = sh(conn, s, "mkdir t && cd t && seq 300 | xargs mkdir")
+      assert.equals(0, r.result.exit_code)
+      -- too big for the cap: refused, but only once a new measure (the slow one) agrees
+      local w = conn:send("write_file", {session = s, path = "big", content_base64 = ph.b64(("x"):rep(MiB + 1))})
+      local d = conn:call("describe", {})
+      assert.is_table(d.result)
+      assert.is_falsy(w.done, "write_file was answered before describe: the measure ran on the loop")
+      conn:wait(w, 60)
+      assert.equals("limit_exceeded", code_of(w))
+    end)
+  end
+end)
