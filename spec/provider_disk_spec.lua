@@ -11,13 +11,14 @@ local cjson = require "cjson"
 local MiB = 1048576
 local PROFILES = {"local", "bwrap"}
 
--- A provider whose profiles file gives PROVIDER/capped the limits.
-local function start(limits, env)
+-- A provider whose profiles file gives PROVIDER/capped the limits (run through prefix, when given).
+local function start(limits, env, prefix)
   local dir = ph.tempdir()
+  assert(os.execute("chmod 755 " .. dir))
   local file = dir .. "/profiles.json"
   fs.write_file(file, cjson.encode{profiles = {
     {name = "local/capped", limits = limits}, {name = "bwrap/capped", limits = limits}}})
-  return ph.start{args = {"serve", "--profiles", file}, env_extra = env}
+  return ph.start{args = {"serve", "--profiles", file}, env_extra = env, prefix = prefix}
 end
 
 local function open(conn, base)
@@ -96,6 +97,14 @@ describe("provider disk cap", function()
       assert.equals(0, sh(conn, s, "true").result.exit_code)
     end)
 
+    it("counts a file with several names once (" .. base .. ")", function()
+      local conn = start{disk_bytes = MiB}
+      local s = open(conn, base)
+      local r = sh(conn, s, "head -c 600000 /dev/zero > a && for i in 1 2 3 4 5; do ln a l$i || exit 9; done")
+      assert.equals(0, r.result.exit_code, ph.events_data(r, "stderr"))
+      assert.equals(0, sh(conn, s, "true").result.exit_code)
+    end)
+
     it("answers other requests while a measure runs (" .. base .. ")", function()
       -- each directory the measure enters costs it 20 ms: 300 of them take at least 6 s
       local conn = start({disk_bytes = MiB}, {SMOLWF_PROVIDER_DISK_PACE_MS = "20"})
@@ -111,4 +120,24 @@ describe("provider disk cap", function()
       assert.equals("limit_exceeded", code_of(w))
     end)
   end
+
+  it("kills a local session's commands when one hides its open files from the provider", function()
+    -- As an ordinary user, the provider may not read the descriptors of a non-dumpable process.
+    local runtime = ph.tempdir()
+    assert(os.execute("chmod 777 " .. runtime))
+    local conn = start({disk_bytes = MiB}, {XDG_RUNTIME_DIR = runtime}, ph.IS_ROOT and ph.AS_NOBODY or nil)
+    local s = open(conn, "local")
+    assert_killed(conn, s, "exec python3 -c 'import ctypes, time; ctypes.CDLL(None).prctl(4, 0); time.sleep(60)'")
+  end)
+
+  it("closes a session while its measure runs, answering what waited for it", function()
+    local conn = start({disk_bytes = MiB}, {SMOLWF_PROVIDER_DISK_PACE_MS = "20"})
+    local s = open(conn, "local")
+    assert.equals(0, sh(conn, s, "mkdir t && cd t && seq 300 | xargs mkdir").result.exit_code)
+    local w = conn:send("write_file", {session = s, path = "big", content_base64 = ph.b64(("x"):rep(MiB + 1))})
+    assert.is_table(conn:call("close", s).result)
+    conn:wait(w, 10)
+    assert.equals("unknown_session", code_of(w))
+    assert.is_table(conn:call("describe", {}).result)   -- still serving; its clean exit is checked after
+  end)
 end)

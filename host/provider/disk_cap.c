@@ -47,6 +47,7 @@ typedef struct measure {
   disk_procs who;
   uint64_t stop_bytes, stop_inodes;
   uint64_t bytes, inodes;     /* the figure */
+  uint64_t hidden;            /* processes whose open files could not be read */
   bool partial;               /* counting stopped early: at least this much */
   unsigned pace_ms;           /* $SMOLWF_PROVIDER_DISK_PACE_MS: a pause in each directory (a test seam) */
 } measure;
@@ -65,6 +66,7 @@ static void measure_work(job *j) {
   if (!disk_tally_done(&t)) disk_count_held(&t, &m->who, devs, ndevs);
   m->bytes = t.bytes;
   m->inodes = t.inodes;
+  m->hidden = t.hidden;
   m->partial = disk_tally_done(&t);
   disk_tally_free(&t);
 }
@@ -129,6 +131,7 @@ typedef struct disk_watch {
   bool again;                 /* a measure was asked for while one ran */
   bool measured;              /* a figure exists */
   uint64_t bytes, inodes;     /* the last figure */
+  uint64_t hidden;            /* processes that hid their open files from it: the session counts as over */
   bool partial;
   uint64_t grew, grew_inodes; /* what the last figure grew by since the one before */
   uint64_t began_ms, took_ms; /* when the measure in flight began (loop time); how long the last one took */
@@ -191,7 +194,8 @@ static uint64_t used_bytes(const disk_watch *w) {
 
 static bool over_caps(const disk_watch *w) {
   const limits *l = &w->s->profile->limits;
-  return (l->disk_bytes && used_bytes(w) > l->disk_bytes) || (l->disk_inodes && w->inodes + w->made > l->disk_inodes);
+  return w->hidden || (l->disk_bytes && used_bytes(w) > l->disk_bytes) ||
+         (l->disk_inodes && w->inodes + w->made > l->disk_inodes);
 }
 
 /* Over an allowance: every running command of the session is killed. */
@@ -200,7 +204,11 @@ static void act(disk_watch *w) {
   w->over = over_caps(w);
   if (!w->over || !procs_running(w->s)) return;
   const limits *l = &w->s->profile->limits;
-  if (!was)
+  if (!was && w->hidden)
+    fprintf(stderr, "smolwf-provider: session %s has %llu processes whose open files the provider may not read "
+            "(non-dumpable or setuid), so its disk use is unknown: killing its commands\n", w->s->id,
+            (unsigned long long)w->hidden);
+  else if (!was)
     fprintf(stderr, "smolwf-provider: session %s uses %llu bytes in %llu inodes, over its cap (%llu bytes, "
             "%llu inodes; 0: none): killing its commands\n", w->s->id, (unsigned long long)used_bytes(w),
             (unsigned long long)(w->inodes + w->made), (unsigned long long)l->disk_bytes,
@@ -227,7 +235,8 @@ static void plan_next(disk_watch *w) {
   if (w->again || w->first) { start_measure(w); return; }
   if (!procs_running(w->s)) return;
   const limits *l = &w->s->profile->limits;
-  bool fast = (l->disk_bytes && w->grew > l->disk_bytes / 8) || (l->disk_inodes && w->grew_inodes > l->disk_inodes / 8);
+  bool fast = (l->disk_bytes && w->grew > l->disk_bytes / 8) ||
+              (l->disk_inodes && w->grew_inodes > l->disk_inodes / 8);
   /* A big tree is measured at most half the time, so a session's measures never take a whole CPU. */
   uint64_t pause = w->took_ms > DISK_CHECK_MS ? w->took_ms : DISK_CHECK_MS;
   uv_timer_start(&w->timer, on_timer, fast ? DISK_CHECK_FAST_MS : pause, 0);
@@ -244,6 +253,7 @@ static void measure_done(job *j) {
   w->took_ms = uv_now(provider_ctx()->loop) - w->began_ms;
   w->bytes = m->bytes;
   w->inodes = m->inodes;
+  w->hidden = m->hidden;
   w->partial = m->partial;
   w->measured = true;
   /* What the provider wrote after the measure began may be missing from it: it still counts on top. */

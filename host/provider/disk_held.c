@@ -6,6 +6,7 @@
 
 #include <ctype.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -97,7 +98,8 @@ static bool on_devs(dev_t dev, const dev_t *devs, size_t ndevs) {
 /* Counts the unnamed files of one descriptor table, /proc/PID/task/TID/fd. */
 static void count_table(disk_tally *t, const char *path, const dev_t *devs, size_t ndevs) {
   DIR *d = opendir(path);
-  if (!d) return;   /* gone meanwhile */
+  if (!d && (errno == EACCES || errno == EPERM)) t->hidden++;
+  if (!d) return;   /* else gone meanwhile */
   for (struct dirent *e; !disk_tally_done(t) && (e = readdir(d));) {
     struct stat st;
     if (e->d_name[0] == '.' || fstatat(dirfd(d), e->d_name, &st, 0) < 0) continue;

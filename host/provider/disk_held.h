@@ -11,7 +11,10 @@
 ** sandbox's outermost process and its descendants (bubblewrap: nothing
 ** inside can leave the sandbox's pid namespace, whose orphans are
 ** adopted inside it). Every thread's table is read, as a thread may have
-** descriptors of its own.
+** descriptors of its own. A process whose table the provider may not
+** read (it made itself non-dumpable, or runs a setuid program, in a
+** local session of a provider that is not root) is counted as hidden:
+** what it holds cannot be known.
 */
 #ifndef SMOL_DISK_HELD_H
 #define SMOL_DISK_HELD_H

@@ -24,6 +24,7 @@ struct seen_set;
 
 typedef struct disk_tally {
   uint64_t bytes, inodes;
+  uint64_t hidden;         /* processes of the session whose open files could not be read (disk_held.h) */
   uint64_t stop_bytes, stop_inodes;   /* counting may stop once past either (0: never) */
   struct seen_set *seen;   /* inodes with other than one name: counted once however often met */
   job *job;                /* stops early once it is cancelled; NULL: never */
