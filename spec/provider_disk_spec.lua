@@ -66,7 +66,7 @@ describe("provider disk cap", function()
       local s = open(conn, base)
       -- three files of 900 kB, each under the cap, each gone from the tree but held by the shell
       assert_killed(conn, s, "exec 3>f3 4>f4 5>f5; for i in 3 4 5; do head -c 900000 /dev/zero >&$i; done; " ..
-                             "rm f3 f4 f5; sleep 60")
+                             "rm f3 f4 f5; exec sleep 60")
       -- the holder is gone, and the space with it: the session may go on
       assert.equals(0, sh(conn, s, "true").result.exit_code)
     end)

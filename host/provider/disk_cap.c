@@ -135,6 +135,8 @@ typedef struct disk_watch {
   bool partial;
   uint64_t grew, grew_inodes; /* what the last figure grew by since the one before */
   uint64_t began_ms, took_ms; /* when the measure in flight began (loop time); how long the last one took */
+  uint64_t apart_ms;          /* between the beginnings of the last two measures */
+  uint64_t pause_ms;          /* before the next measure while commands run (next_pause) */
   uint64_t wrote, made;       /* bytes and files the provider wrote since the last measure began */
   uint64_t wrote_at_start, made_at_start;
   bool over;                  /* over an allowance at the last measure: commands killed, new ones refused */
@@ -169,7 +171,9 @@ static void start_measure(disk_watch *w) {
   }
   w->started++;
   w->again = false;
-  w->began_ms = uv_now(provider_ctx()->loop);
+  uint64_t now = uv_now(provider_ctx()->loop);
+  w->apart_ms = now - w->began_ms;
+  w->began_ms = now;
 }
 
 static void on_timer(uv_timer_t *t) {
@@ -230,16 +234,43 @@ static void rerun_waiting(disk_watch *w) {
   }
 }
 
+static uint64_t shortest(const disk_watch *w) {
+  return w->took_ms > DISK_CHECK_FAST_MS ? w->took_ms : DISK_CHECK_FAST_MS;
+}
+
+/* How long, at the rate usage grew since the last measure, until half of what is left of a cap is used. */
+static uint64_t half_left_ms(const disk_watch *w, uint64_t grew, uint64_t used, uint64_t cap) {
+  if (!cap || !grew) return UINT64_MAX;
+  uint64_t left = used < cap ? cap - used : 0;
+  return (uint64_t)((double)left / 2 / (double)grew * (double)(w->apart_ms ? w->apart_ms : 1));
+}
+
+/*
+** The pause doubles from DISK_CHECK_FAST_MS (where a command's start puts
+** it) up to DISK_CHECK_MS while usage stays, so a command that writes at
+** once is caught early. While usage grows, the next measure comes by the
+** time half of what is left would be used at that rate. A big tree is
+** measured at most half the time (no pause is shorter than the last
+** measure took), so measures never take a whole CPU.
+*/
+static uint64_t next_pause(disk_watch *w) {
+  const limits *l = &w->s->profile->limits;
+  uint64_t most = w->took_ms > DISK_CHECK_MS ? w->took_ms : DISK_CHECK_MS;
+  uint64_t pause = w->pause_ms < most ? w->pause_ms : most;
+  uint64_t by_bytes = half_left_ms(w, w->grew, used_bytes(w), l->disk_bytes);
+  uint64_t by_inodes = half_left_ms(w, w->grew_inodes, w->inodes + w->made, l->disk_inodes);
+  if (by_bytes < pause) pause = by_bytes;
+  if (by_inodes < pause) pause = by_inodes;
+  if (pause < shortest(w)) pause = shortest(w);
+  w->pause_ms = w->grew || w->grew_inodes ? pause : 2 * pause;   /* the one after, while usage stays: later */
+  return pause;
+}
+
 /* What comes after a measure: another at once, one after a pause while commands run, or none. */
 static void plan_next(disk_watch *w) {
   if (w->again || w->first) { start_measure(w); return; }
   if (!procs_running(w->s)) return;
-  const limits *l = &w->s->profile->limits;
-  bool fast = (l->disk_bytes && w->grew > l->disk_bytes / 8) ||
-              (l->disk_inodes && w->grew_inodes > l->disk_inodes / 8);
-  /* A big tree is measured at most half the time, so a session's measures never take a whole CPU. */
-  uint64_t pause = w->took_ms > DISK_CHECK_MS ? w->took_ms : DISK_CHECK_MS;
-  uv_timer_start(&w->timer, on_timer, fast ? DISK_CHECK_FAST_MS : pause, 0);
+  uv_timer_start(&w->timer, on_timer, next_pause(w), 0);
 }
 
 static void measure_done(job *j) {
@@ -269,9 +300,10 @@ void disk_watch_changed(session *s, bool exited) {
   disk_watch *w = s->disk;
   if (!w) return;
   if (exited) { uv_timer_stop(&w->timer); start_measure(w); return; }
+  w->pause_ms = shortest(w);   /* a new command: measure soon, then less and less often */
   if (!w->measured) start_measure(w);   /* the first figure, for the next command's file-size limit */
   else if (!w->measuring && !uv_is_active((uv_handle_t *)&w->timer))
-    uv_timer_start(&w->timer, on_timer, DISK_CHECK_MS, 0);
+    uv_timer_start(&w->timer, on_timer, w->pause_ms, 0);
 }
 
 int disk_watch_allows_start(session *s) {

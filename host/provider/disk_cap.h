@@ -16,10 +16,9 @@
 **     the session's workspace and tmp, at any depth, and the unnamed
 **     files its processes hold open (disk_walk.h, disk_held.h) are
 **     measured on a job's thread, never on the loop, one measure at a
-**     time: while commands run (DISK_CHECK_MS after the last measure
-**     ended, or as long as it took when longer; DISK_CHECK_FAST_MS while
-**     usage grows by more than an eighth of a cap per measure) and after
-**     each exits. Once over either allowance the session's running
+**     time: while commands run (DISK_CHECK_FAST_MS after a command
+**     starts, then at most DISK_CHECK_MS apart, sooner while usage grows;
+**     disk_cap.c's next_pause) and after each exits. Once over either allowance the session's running
 **     commands are killed and new ones refused (limit_exceeded).
 ** The provider's own write_file is checked against the last measure plus
 ** what the provider wrote since (disk_watch_allows_write). A refusal is
@@ -39,9 +38,9 @@
 
 struct session;
 
-/* Pause between measures of a session with running commands: usually, and while its usage grows fast. */
+/* Pause between measures of a session with running commands: the longest, and the shortest. */
 #define DISK_CHECK_MS 200
-#define DISK_CHECK_FAST_MS 20
+#define DISK_CHECK_FAST_MS 10
 
 /*
 ** Bytes the session's workspace and tmp take on disk (allocated blocks,
