@@ -74,9 +74,19 @@ bool disk_tally_done(const disk_tally *t) {
          (t->job && job_cancelled(t->job));
 }
 
+/*
+** One name is the common case: only the others need remembering. An empty
+** one is remembered only under an inode cap: counted twice it adds no
+** bytes, and so what is remembered is bounded by the stop figures (each
+** entry took a block or an inode the walk counted).
+*/
+static bool counted_before(disk_tally *t, const struct stat *st) {
+  if (S_ISDIR(st->st_mode) || st->st_nlink == 1 || (st->st_blocks == 0 && !t->stop_inodes)) return false;
+  return !seen_first(t->seen, st->st_dev, st->st_ino);
+}
+
 void disk_tally_add(disk_tally *t, const struct stat *st) {
-  /* One name is the common case: only the others need remembering. */
-  if (!S_ISDIR(st->st_mode) && st->st_nlink != 1 && !seen_first(t->seen, st->st_dev, st->st_ino)) return;
+  if (counted_before(t, st)) return;
   t->bytes += (uint64_t)st->st_blocks * 512;
   t->inodes++;
 }
