@@ -64,11 +64,14 @@ describe("provider disk cap", function()
     it("counts files unlinked while held open (" .. base .. ")", function()
       local conn = start{disk_bytes = MiB}
       local s = open(conn, base)
-      -- three files of 900 kB, each under the cap, each gone from the tree but held by the shell
-      assert_killed(conn, s, "exec 3>f3 4>f4 5>f5; for i in 3 4 5; do head -c 900000 /dev/zero >&$i; done; " ..
-                             "rm f3 f4 f5; exec sleep 60")
+      -- three files of 900 kB, each under the cap, removed before they are written (so no measure
+      -- can see them in the tree) and held by the shell, which then becomes the sleep
+      assert_killed(conn, s, "exec 3>f3 4>f4 5>f5; rm f3 f4 f5; " ..
+                             "for i in 3 4 5; do head -c 900000 /dev/zero >&$i; done; exec sleep 60")
       -- the holder is gone, and the space with it: the session may go on
-      assert.equals(0, sh(conn, s, "true").result.exit_code)
+      local after = sh(conn, s, "true")
+      assert.is_table(after.result, cjson.encode(after.error or {}) .. "\n" .. table.concat(conn.stderr_tail, "\n"))
+      assert.equals(0, after.result.exit_code)
     end)
 
     it("caps the number of files with disk_inodes (" .. base .. ")", function()
@@ -107,12 +110,12 @@ describe("provider disk cap", function()
 
     it("answers other requests while a measure runs (" .. base .. ")", function()
       -- each directory the measure enters costs it 20 ms: 300 of them take at least 6 s
-      local conn = start({disk_bytes = MiB}, {SMOLWF_PROVIDER_DISK_PACE_MS = "20"})
+      local conn = start({disk_bytes = 4 * MiB}, {SMOLWF_PROVIDER_DISK_PACE_MS = "20"})
       local s = open(conn, base)
       local r = sh(conn, s, "mkdir t && cd t && seq 300 | xargs mkdir")
       assert.equals(0, r.result.exit_code)
       -- too big for the cap: refused, but only once a new measure (the slow one) agrees
-      local w = conn:send("write_file", {session = s, path = "big", content_base64 = ph.b64(("x"):rep(MiB + 1))})
+      local w = conn:send("write_file", {session = s, path = "big", content_base64 = ph.b64(("x"):rep(4 * MiB + 1))})
       local d = conn:call("describe", {})
       assert.is_table(d.result)
       assert.is_falsy(w.done, "write_file was answered before describe: the measure ran on the loop")
@@ -131,10 +134,10 @@ describe("provider disk cap", function()
   end)
 
   it("closes a session while its measure runs, answering what waited for it", function()
-    local conn = start({disk_bytes = MiB}, {SMOLWF_PROVIDER_DISK_PACE_MS = "20"})
+    local conn = start({disk_bytes = 4 * MiB}, {SMOLWF_PROVIDER_DISK_PACE_MS = "20"})
     local s = open(conn, "local")
     assert.equals(0, sh(conn, s, "mkdir t && cd t && seq 300 | xargs mkdir").result.exit_code)
-    local w = conn:send("write_file", {session = s, path = "big", content_base64 = ph.b64(("x"):rep(MiB + 1))})
+    local w = conn:send("write_file", {session = s, path = "big", content_base64 = ph.b64(("x"):rep(4 * MiB + 1))})
     assert.is_table(conn:call("close", s).result)
     conn:wait(w, 10)
     assert.equals("unknown_session", code_of(w))
