@@ -72,20 +72,25 @@ static void settle(proc_table *t, proc_row *r) {
     for (proc_row *up = r; up && up->member == OUTSIDER; up = find_row(t, up->ppid)) up->member = MEMBER;
 }
 
+typedef struct table_read {
+  proc_table *t;
+  const disk_procs *who;
+} table_read;
+
+static bool add_process(pid_t pid, int pidfd, void *data) {
+  (void)pidfd;   /* the row is read through /proc: a pid reused meanwhile is read as what it now names */
+  table_read *tr = data;
+  proc_row r = {.pid = pid};
+  if (!proc_running_stat(pid, &r.ppid, &r.pgrp)) return false;
+  r.member = directly_member(tr->who, &r) ? MEMBER : UNKNOWN;
+  add_row(tr->t, r);
+  return false;
+}
+
 /* Every running process, marked when it is the session's (descendants of members included). */
 static void read_table(proc_table *t, const disk_procs *who) {
-  DIR *d = opendir("/proc");
-  if (!d) return;
-  pid_t self = getpid();
-  for (struct dirent *e; (e = readdir(d));) {
-    if (!isdigit((unsigned char)e->d_name[0])) continue;
-    proc_row r = {.pid = (pid_t)atol(e->d_name)};
-    if (r.pid == self || !proc_running_stat(r.pid, &r.ppid, &r.pgrp)) continue;
-    r.member = directly_member(who, &r) ? MEMBER : UNKNOWN;
-    add_row(t, r);
-  }
-  closedir(d);
-  qsort(t->rows, t->n, sizeof *t->rows, by_pid);
+  proc_each(add_process, &(table_read){t, who});
+  if (t->n) qsort(t->rows, t->n, sizeof *t->rows, by_pid);
   for (size_t i = 0; i < t->n; i++) settle(t, &t->rows[i]);
 }
 
