@@ -19,7 +19,13 @@ void fuzz_fail(const char *fmt, ...) {
   abort();
 }
 
-/* The length of the sequence that starts with lead byte c, 0 for a byte no sequence starts with. */
+/*
+** The harnesses' own UTF-8 check, written apart from host/common/utf8.c on
+** purpose: it is the oracle for that code's output, so a bug there must
+** not be able to pass its own test.
+**
+** The length of the sequence that starts with lead byte c, 0 for a byte no sequence starts with.
+*/
 static size_t sequence_length(unsigned char c) {
   if (c < 0x80) return 1;
   if (c >= 0xc2 && c <= 0xdf) return 2;
