@@ -484,3 +484,41 @@ describe("smol.core", function()
     end)
   end)
 end)
+
+describe("core.json_decode", function()
+  it("gives the value of a line json_problem finds nothing in, with integral numbers as integers", function()
+    local v = core.json_decode('{"id":7,"result":{"a":[1,2.5,null,true],"s":"x"}}')
+    assert.same(7, v.id)
+    assert.equals("integer", math.type(v.id))
+    assert.equals(2.5, v.result.a[2])
+    assert.equals(require("cjson").null, v.result.a[3])
+    assert.same({"x", true}, {v.result.s, v.result.a[4]})
+  end)
+
+  it("gives nil and json_problem's message, kind and key otherwise", function()
+    local cases = {
+      {'{"id":1,"id":2}', "duplicate", "id"},
+      {'{"id":1} x', "trailing", 8},
+      {'{"id":1.5}', "id"},
+      {'{"id":1,"s":"a\\u0000b"}', "nul"},
+      {'{"id":', "json"},
+      {'{"id":"\xff"}', "utf8"},
+    }
+    for _, c in ipairs(cases) do
+      local v, message, kind, key = core.json_decode(c[1])
+      assert.is_nil(v, c[1])
+      assert.equals(c[2], kind, c[1])
+      assert.equals(c[3], key, c[1])
+      assert.same({message, kind, key}, {core.json_problem(c[1])})
+    end
+  end)
+
+  it("refuses a line nested deeper than it was asked to go", function()
+    local line = ("["):rep(10) .. ("]"):rep(10)
+    assert.is_table(core.json_decode(line, 10))
+    local v, message, kind = core.json_decode(line, 9)
+    assert.is_nil(v)
+    assert.equals("depth", kind)
+    assert.matches("deeper than 9 levels", message, 1, true)
+  end)
+end)

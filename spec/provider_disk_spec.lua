@@ -44,7 +44,8 @@ end
 -- Once killed for it, the session's next command is refused.
 local function assert_refused(conn, s)
   local r = sh(conn, s, "true")
-  assert.equals("limit_exceeded", code_of(r), cjson.encode(r.result or r.error or {}))
+  assert.equals("limit_exceeded", code_of(r),
+                cjson.encode(r.result or r.error or {}) .. "\n" .. table.concat(conn.stderr_tail, "\n"))
 end
 
 describe("provider disk cap", function()

@@ -8,6 +8,7 @@
 ** conformance kit each reply.
 **
 **   core.json_problem(line) -> nil | message, kind [, key]
+**   core.json_decode(line [, max_depth]) -> value | nil, message, kind [, key]
 **
 ** kind: "utf8" (not valid UTF-8), "json" (not one JSON value), "trailing"
 ** (text after it; key: the length of the value before it, an integer),
@@ -69,9 +70,13 @@ static int tree_problem(lua_State *L, const cJSON *msg) {
   return 0;
 }
 
-static int core_json_problem(lua_State *L) {
-  size_t len, bad;
-  const char *line = luaL_checklstring(L, 1, &len);
+/*
+** The checks of a line; 0 with the parsed message in *out (to be
+** cJSON_Delete'd), or the problem pushed (its count returned) and *out NULL.
+*/
+static int line_problem(lua_State *L, const char *line, size_t len, cJSON **out) {
+  size_t bad;
+  *out = NULL;
   if (!utf8_valid(line, len, &bad))
     return problem(L, "utf8", "the line is not valid UTF-8 (byte 0x%02x at offset %zu)", (unsigned char)line[bad], bad);
   const char *end = NULL;
@@ -85,14 +90,51 @@ static int core_json_problem(lua_State *L) {
     n++;
   } else
     n = tree_problem(L, msg);
+  if (!n && memchr(line, '\\', len) && json_each_nul_escape((char *)line, len, NULL))
+    n = problem(L, "nul", "a string holds \\u0000 (NUL)");
+  if (n) cJSON_Delete(msg);
+  else *out = msg;
+  return n;
+}
+
+static int core_json_problem(lua_State *L) {
+  size_t len;
+  const char *line = luaL_checklstring(L, 1, &len);
+  cJSON *msg;
+  int n = line_problem(L, line, len, &msg);
   cJSON_Delete(msg);
-  if (n) return n;
-  if (memchr(line, '\\', len) && json_each_nul_escape((char *)line, len, NULL))
-    return problem(L, "nul", "a string holds \\u0000 (NUL)");
-  return 0;
+  return n;
+}
+
+/*
+** core.json_decode(line [, max_depth]) -> value | nil, message, kind [, key]:
+** the line's value when json_problem finds nothing, from the one parse that
+** checked it (json_lua.c's values: integral numbers as integers, null as
+** cjson.null), so a reader that checks each line parses it once.
+*/
+static int core_json_decode(lua_State *L) {
+  size_t len;
+  const char *line = luaL_checklstring(L, 1, &len);
+  int max_depth = (int)luaL_optinteger(L, 2, 64);
+  cJSON *msg;
+  int n = line_problem(L, line, len, &msg);
+  if (n) {
+    lua_pushnil(L);
+    lua_insert(L, -n - 1);
+    return n + 1;
+  }
+  int ok = json_push(L, msg, max_depth, 1);
+  cJSON_Delete(msg);
+  if (ok) return 1;
+  lua_pushnil(L);
+  lua_pushfstring(L, "the line nests deeper than %d levels", max_depth);
+  lua_pushliteral(L, "depth");
+  return 3;
 }
 
 void json_check_open(lua_State *L) {
   lua_pushcfunction(L, core_json_problem);
   lua_setfield(L, -2, "json_problem");
+  lua_pushcfunction(L, core_json_decode);
+  lua_setfield(L, -2, "json_decode");
 }

@@ -121,15 +121,12 @@ end
 --- Feeds one input line (without "\n").
 function Server:handle_line(line)
   if line:find("^%s*$") then return end   -- blank lines are ignored
-  local problem, kind, key = core.json_problem(line)
+  local msg, problem, kind, key = core.json_decode(line, 64)
   if kind == "utf8" or kind == "json" then
     return self:reply_error(nil, "invalid_request", "request: " .. problem)
   end
+  if kind == "depth" then return self:reply_error(nil, "invalid_request", "request is not valid JSON: " .. problem) end
   if problem then return self:refuse_line(line, "request: " .. problem, kind, key) end
-  local ok, msg = pcall(json.decode, line)   -- lua-cjson has limits of its own (nesting)
-  if not ok then
-    return self:reply_error(nil, "invalid_request", "request is not valid JSON: " .. tostring(msg))
-  end
   local req, code, message = self:check_request(msg)
   if not req then
     local id = type(msg) == "table" and is_valid_id(msg.id) and msg.id or nil

@@ -106,13 +106,16 @@ function wire:next_seq()
   return self.seq
 end
 
--- What a line's text breaks of "one JSON object, UTF-8, meaning exactly
--- what it says" (core.json_problem), or nil. \u0000 is valid JSON, and an
--- id beyond 2^53 may be an exact echo: on_line sees to those.
-local function text_problem(line)
-  local problem, kind = core.json_problem(line)
-  if kind == "nul" or kind == "id" then return nil, kind end
-  return problem, kind
+-- A line's message, checked against "one JSON value, UTF-8, meaning
+-- exactly what it says" (core.json_decode) in the same parse; or nil, the
+-- problem and its kind. \u0000 is valid JSON (lua-cjson reads it, C
+-- readers cut there), and an id beyond 2^53 may be an exact echo: on_line
+-- sees to those.
+local function decode_line(line)
+  local msg, problem, kind = core.json_decode(line)
+  if msg ~= nil or kind ~= "nul" then return msg, problem, kind end
+  local ok, decoded = pcall(json.decode, line)
+  return ok and decoded or nil, not ok and decoded or nil, "nul"
 end
 
 --[[
@@ -127,14 +130,13 @@ end
 
 function wire:on_line(line)
   if line == "" then return end
-  local problem, kind = text_problem(line)
+  local msg, problem, kind = decode_line(line)
+  if kind == "id" then return inexact_id(self, line) end
   if problem then
     return note_violation(self, "line is not one valid UTF-8 JSON object (" .. problem .. "): "
       .. expect.show(line:sub(1, 200)))
   end
-  if kind == "id" then return inexact_id(self, line) end
-  local ok, msg = pcall(json.decode, line)
-  if not ok or type(msg) ~= "table" then
+  if type(msg) ~= "table" then
     note_violation(self, "line is not a JSON object: " .. line:sub(1, 200))
   elseif msg.id == cjson.null or msg.id == nil then
     msg.seq = self:next_seq()
