@@ -176,3 +176,22 @@ describe("the step cache", function()
     assert.matches("it closes over a thread", by_id.task.cache.reason)
   end)
 end)
+
+describe("a run whose steps cannot use the step cache", function()
+  after_each(h.cleanup)
+
+  it("never loads the cache's modules", function()
+    local dir = h.temp_dir()
+    fs.mkdir_p(dir)
+    fs.write_file(dir .. "/wf.lua", [[
+      local wf = require "smol.workflow"
+      return wf.define{name = "plain", steps = {{name = "only", run = function()
+        for _, m in ipairs{"smol.workflow.step_cache", "smol.workflow.cache", "smol.workflow.cache_key"} do
+          assert(package.loaded[m] == nil, m .. " was loaded")
+        end
+      end}}}
+    ]])
+    local r = h.smolwf({"run", "--no-progress", "--report-dir", h.temp_dir(), "wf.lua"}, {cwd = dir})
+    assert.are.equal(0, r.code, r.stdout .. r.stderr)
+  end)
+end)

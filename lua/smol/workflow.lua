@@ -245,6 +245,15 @@ local function plan_resume(S, run, dir)
   run.resumed_from = dir
 end
 
+-- Whether a step of the run can use the step cache: a run without one
+-- never loads the cache's modules.
+local function any_cacheable(defs)
+  for _, def in pairs(defs) do
+    if plan.cacheable(def) then return true end
+  end
+  return false
+end
+
 -- Keeps the step cache under its size cap (least recently used entries
 -- go first; those this run used stay), once a run stored something.
 local function evict(S, cap)
@@ -296,7 +305,8 @@ function wf.run(def, opts)
   S.params, S.secrets, S.masker = merged_params(def, opts.params), secrets.values, secrets.masker
   S.secret_params, S.profile = secrets.params, opts.profile
   S.cache_keys, S.used_keys = {}, {}
-  if opts.cache ~= false then
+  S.cache_off = opts.cache == false
+  if not S.cache_off and (opts.resume or any_cacheable(defs)) then
     S.cache = require("smol.workflow.cache").open(opts.cache_dir or require("smol.workflow.cache").DEFAULT_DIR)
     S.cache_read = opts.cache_read ~= false
   end

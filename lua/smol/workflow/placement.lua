@@ -27,9 +27,9 @@ What moved into an instance's session is in inst.moved_in: {{step, from
 local task = require "smol.task"
 local errors = require "smol.errors"
 local observe = require "smol.workflow.observe"
-local glob = require "smol.workflow.glob"
+local glob = require("smol.lazy")("smol.workflow.glob")   -- only where outputs move
 local text = require "smol.workflow.text"
-local list = require("smol.workflow.step_cache").list
+local step_cache = require("smol.lazy")("smol.workflow.step_cache")
 
 local M = {}
 
@@ -167,7 +167,7 @@ local function move_outputs(S, inst, producer, where, source, target)
   if not where.member.alive then
     r = restore_outputs(S, producer, where, target)
   else
-    local found = glob.session_paths(source, list(S.defs[producer.id].outputs))
+    local found = glob.session_paths(source, step_cache.list(S.defs[producer.id].outputs))
     if #found.missing > 0 then
       errors.raise{ code = "not_found", message = ("the declared output `%s` of step '%s' is not in its session on %s")
         :format(found.missing[1], producer.id, name_of(S, where.member)) }

@@ -69,6 +69,12 @@ local function apply_include(combos, originals, entry, own)
   end
 end
 
+-- Whether a step's results may come from the step cache: it declares
+-- inputs or outputs (or cache = true), and does not say cache = false.
+function M.cacheable(def)
+  return def.cache ~= false and (def.inputs ~= nil or def.outputs ~= nil or def.cache == true)
+end
+
 --[[
 Every combination of a matrix, as GitHub Actions makes them: the product
 of the values ({shard = {1, 2}, os = {"a"}} -> {os="a",shard=1},

@@ -18,12 +18,12 @@ local task = require "smol.task"
 local core = require "smol.core"
 local cache_key = require "smol.workflow.cache_key"
 local luavalue = require "smol.workflow.luavalue"
+local plan = require "smol.workflow.plan"
 
 local M = {}
 
 function M.enabled(S, def)
-  if not S.cache or def.cache == false then return false end
-  return def.inputs ~= nil or def.outputs ~= nil or def.cache == true
+  return S.cache ~= nil and plan.cacheable(def)
 end
 
 local function list(v)
@@ -99,7 +99,7 @@ end
 function M.explain_uncached(S, inst)
   if not S.explain then return end
   local def = S.defs[inst.id]
-  local why = not S.cache and "not cached: the step cache is off for this run"
+  local why = S.cache_off and "not cached: the step cache is off for this run"
     or def.cache == false and "not cached: the step says cache = false"
     or "not cached: the step declares no inputs or outputs (nor cache = true)"
   explain(S, inst, { why })
