@@ -10,6 +10,7 @@ local bridge = require "smol.workflow.bridge"
 local placement = require "smol.workflow.placement"
 local observe = require "smol.workflow.observe"
 local text = require "smol.workflow.text"
+local plan = require "smol.workflow.plan"
 local step_cache = require("smol.lazy")("smol.workflow.step_cache")   -- only for runs with a cache
 
 local M = {}
@@ -333,7 +334,7 @@ end
 local function started_outcome(S, inst)
   local outcome = (S.reuse and S.reuse[inst.id] and reuse_outcome(S, inst)) or condition_outcome(S, inst)
   if outcome then return outcome end
-  if S.cache and step_cache.enabled(S, S.defs[inst.id]) then return run_cached(S, inst) end
+  if S.cache and plan.cacheable(S.defs[inst.id]) then return run_cached(S, inst) end
   if S.explain then step_cache.explain_uncached(S, inst) end
   return run_attempts(S, inst)
 end

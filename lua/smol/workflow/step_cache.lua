@@ -18,13 +18,8 @@ local task = require "smol.task"
 local core = require "smol.core"
 local cache_key = require "smol.workflow.cache_key"
 local luavalue = require "smol.workflow.luavalue"
-local plan = require "smol.workflow.plan"
 
 local M = {}
-
-function M.enabled(S, def)
-  return S.cache ~= nil and plan.cacheable(def)
-end
 
 local function list(v)
   if v == nil then return {} end

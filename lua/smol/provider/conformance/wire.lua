@@ -115,7 +115,7 @@ local function decode_line(line)
   local msg, problem, kind = core.json_decode(line)
   if msg ~= nil or kind ~= "nul" then return msg, problem, kind end
   local ok, decoded = pcall(json.decode, line)
-  return ok and decoded or nil, not ok and decoded or nil, "nul"
+  return ok and decoded or nil, nil, "nul"
 end
 
 --[[
