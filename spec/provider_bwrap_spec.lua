@@ -172,6 +172,16 @@ describe("bwrap sessions of the bundled provider", function()
     assert.equal("still here\n", sh(sb, "echo still here").stdout)
   end)
 
+  it("survive reaping an orphan before any command of the session ended", function()
+    local sb = open()
+    -- the background sleep's parent exits, so the helper (pid 1) reaps it
+    -- while the session's first command still runs (the ASan+UBSan build caught
+    -- the helper flushing its still unmade report queue there)
+    local r = sh(sb, "(sleep 0.1 &); sleep 0.5; echo ok")
+    assert.equal(0, r.exit_code, r.stderr)
+    assert.equal("ok\n", r.stdout)
+  end)
+
   it("kill every process of a session at close, daemons included, and remove its files", function()
     local marker = tostring(31000 + math.random(0, 999)) .. "." .. tostring(math.random(100, 999))
     local runtime = h.tempdir()

@@ -103,6 +103,7 @@ static void flush_exits(helper *h) {
     if (rc < 0) { errno = -rc; die("events channel"); }
     sent++;
   }
+  if (sent == 0) return;   /* also when nothing was ever queued: pending is still NULL */
   memmove(h->pending, h->pending + sent, (h->npending - sent) * sizeof *h->pending);
   h->npending -= sent;
 }
