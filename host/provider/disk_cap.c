@@ -132,6 +132,7 @@ typedef struct disk_watch {
   bool measured;              /* a figure exists */
   uint64_t bytes, inodes;     /* the last figure */
   uint64_t hidden;            /* processes that hid their open files from it: the session counts as over */
+  uint64_t hidden_last;       /* what the measure before found hidden */
   bool partial;
   uint64_t grew, grew_inodes; /* what the last figure grew by since the one before */
   uint64_t began_ms, took_ms; /* when the measure in flight began (loop time); how long the last one took */
@@ -284,7 +285,15 @@ static void measure_done(job *j) {
   w->took_ms = uv_now(provider_ctx()->loop) - w->began_ms;
   w->bytes = m->bytes;
   w->inodes = m->inodes;
-  w->hidden = m->hidden;
+  /*
+  ** A process found hidden once may be a command between vfork and exec,
+  ** sharing its non-dumpable parent's memory (the bubblewrap helper's):
+  ** hidden counts from the second measure in a row that finds one. One
+  ** that stays hidden is caught a measure later; one that shows its
+  ** table again has what it holds counted then.
+  */
+  w->hidden = w->hidden_last && m->hidden ? m->hidden : 0;
+  w->hidden_last = m->hidden;
   w->partial = m->partial;
   w->measured = true;
   /* What the provider wrote after the measure began may be missing from it: it still counts on top. */

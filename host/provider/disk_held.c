@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "group_wait.h"
@@ -127,11 +128,36 @@ static void count_process(disk_tally *t, pid_t pid, const dev_t *devs, size_t nd
   closedir(d);
 }
 
+/*
+** Whether pid is pid 1 of a namespace below ours: in a bubblewrap session,
+** the sandbox helper. It makes itself non-dumpable (so a provider that is
+** not root may not read its descriptors) and holds no file of a command:
+** it opens none for them and closes the pipes it passes on.
+*/
+static bool namespace_init(pid_t pid) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%ld/status", (long)pid);
+  FILE *f = fopen(path, "re");
+  if (!f) return false;
+  bool init = false;
+  while (fgets(line, sizeof line, f)) {
+    if (strncmp(line, "NSpid:", 6) != 0) continue;
+    const char *last = strrchr(line, '\t');
+    init = last && last != strchr(line, '\t') && strtol(last + 1, NULL, 10) == 1;
+    break;
+  }
+  fclose(f);
+  return init;
+}
+
 void disk_count_held(disk_tally *t, const disk_procs *who, const dev_t *devs, size_t ndevs) {
   if (!who->ngroups && !who->sandbox && !who->env) return;
   proc_table table = {0};
   read_table(&table, who);
-  for (size_t i = 0; i < table.n && !disk_tally_done(t); i++)
-    if (table.rows[i].member == MEMBER) count_process(t, table.rows[i].pid, devs, ndevs);
+  for (size_t i = 0; i < table.n && !disk_tally_done(t); i++) {
+    if (table.rows[i].member != MEMBER) continue;
+    if (who->sandbox && namespace_init(table.rows[i].pid)) continue;
+    count_process(t, table.rows[i].pid, devs, ndevs);
+  }
   free(table.rows);
 }
