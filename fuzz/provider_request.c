@@ -125,9 +125,27 @@ static void drain_replies(bool refused_line) {
 
 /* ===== what each line is owed ===== */
 
-/* Whether the envelope refuses the whole line: not UTF-8, or NUL raw or escaped (a superset of envelope.c's test). */
+/*
+** Whether a string on the line holds the escape \u0000: a quote opens or
+** closes a string, and inside one a backslash takes the next character
+** with it (so "\\u0000" is a backslash and "u0000", no NUL).
+*/
+static bool escapes_nul(const char *line, size_t len) {
+  bool quoted = false;
+  for (size_t i = 0; i < len; i++) {
+    if (line[i] == '"') {
+      quoted = !quoted;
+    } else if (quoted && line[i] == '\\') {
+      if (len - i >= 6 && memcmp(line + i, "\\u0000", 6) == 0) return true;
+      i++;
+    }
+  }
+  return false;
+}
+
+/* Whether the envelope refuses the whole line: not UTF-8, or NUL raw or escaped. */
 static bool refused_as_text(const char *line, size_t len) {
-  return !fuzz_utf8_valid(line, len) || memchr(line, '\0', len) || memmem(line, len, "\\u0000", 6);
+  return !fuzz_utf8_valid(line, len) || memchr(line, '\0', len) || escapes_nul(line, len);
 }
 
 static size_t skip_space(const char *line, size_t at, size_t len) {
