@@ -48,6 +48,30 @@ local function assert_refused(conn, s)
                 cjson.encode(r.result or r.error or {}) .. "\n" .. table.concat(conn.stderr_tail, "\n"))
 end
 
+-- A process whose main thread ends (it shows as a zombie leader with a live thread), and then its other
+-- thread holds three unlinked files of SIZE bytes for 4 s.
+local LEADER_GONE = [[
+import ctypes, os, sys, threading, time
+def hold():
+    time.sleep(0.5)
+    held = []
+    for i in range(3):
+        f = open("held%d" % i, "wb")
+        os.unlink("held%d" % i)
+        f.write(b"x" * int(sys.argv[1]))
+        f.flush()
+        held.append(f)
+    time.sleep(4)
+    os._exit(0)
+threading.Thread(target=hold).start()
+time.sleep(0.1)
+ctypes.CDLL(None).syscall({"x86_64": 60, "aarch64": 93}[os.uname().machine], 0)   # SYS_exit: this thread only
+]]
+
+local function leader_gone(conn, s, size)
+  return ph.exec(conn, s, {"python3", "-c", LEADER_GONE, tostring(size)}, {timeout_ms = 40000}, {timeout = 60})
+end
+
 describe("provider disk cap", function()
   after_each(function() ph.stop_all() end)
 
@@ -73,6 +97,14 @@ describe("provider disk cap", function()
       local after = sh(conn, s, "true")
       assert.is_table(after.result, cjson.encode(after.error or {}) .. "\n" .. table.concat(conn.stderr_tail, "\n"))
       assert.equals(0, after.result.exit_code)
+    end)
+
+    it("counts what a process holds after its main thread ended (" .. base .. ")", function()
+      local conn = start{disk_bytes = MiB}
+      local s = open(conn, base)
+      local r = leader_gone(conn, s, 900000)
+      assert.is_table(r.result, cjson.encode(r.error or {}))
+      assert.equals("KILL", r.result.signal, table.concat(conn.stderr_tail, "\n"))
     end)
 
     it("caps the number of files with disk_inodes (" .. base .. ")", function()
@@ -133,6 +165,28 @@ describe("provider disk cap", function()
     local s = open(conn, "local")
     assert_killed(conn, s, "exec python3 -c 'import ctypes, time; ctypes.CDLL(None).prctl(4, 0); time.sleep(60)'")
   end)
+
+  -- As an ordinary user, the provider may not read the descriptors of a thread that has begun to exit (its
+  -- memory goes first). Such a thread is not hiding anything: a shell starting a thousand commands a second
+  -- keeps running under a cap it never nears.
+  for _, base in ipairs(PROFILES) do
+    it("does not take a command that is exiting for one that hides its files, as an ordinary user (" .. base .. ")",
+       function()
+      local runtime = ph.tempdir()
+      assert(os.execute("chmod 777 " .. runtime))
+      local conn = start({disk_bytes = 64 * MiB}, {XDG_RUNTIME_DIR = runtime}, ph.IS_ROOT and ph.AS_NOBODY or nil)
+      local s = open(conn, base)
+      local r = sh(conn, s, "end=$(($(date +%s) + 3)); while [ $(date +%s) -lt $end ]; do /bin/true; /bin/true; done")
+      assert.is_table(r.result, cjson.encode(r.error or {}))
+      assert.is_nil(r.result.signal, table.concat(conn.stderr_tail, "\n"))
+      assert.equals(0, r.result.exit_code)
+      -- a main thread that ended before its process does: its files are gone, the process's are counted
+      r = leader_gone(conn, s, 100000)
+      assert.is_table(r.result, cjson.encode(r.error or {}))
+      assert.is_nil(r.result.signal, table.concat(conn.stderr_tail, "\n"))
+      assert.equals(0, r.result.exit_code)
+    end)
+  end
 
   it("closes a session while its measure runs, answering what waited for it", function()
     local conn = start({disk_bytes = 4 * MiB}, {SMOLWF_PROVIDER_DISK_PACE_MS = "20"})

@@ -101,10 +101,37 @@ static bool on_devs(dev_t dev, const dev_t *devs, size_t ndevs) {
   return false;
 }
 
-/* Counts the unnamed files of one descriptor table, /proc/PID/task/TID/fd. */
-static void count_table(disk_tally *t, const char *path, const dev_t *devs, size_t ndevs) {
+/* The kernel's PF_EXITING (include/linux/sched.h), in the flags of /proc/PID/task/TID/stat. */
+#define TASK_EXITING 0x4u
+
+/*
+** Whether the thread has begun to exit. Its memory goes first, and from
+** then on a provider that is not root may not read its descriptors; it can
+** write nothing more, and what it holds is released within moments.
+*/
+static bool task_exiting(const char *task_dir) {
+  char path[320], buf[512];
+  snprintf(path, sizeof path, "%s/stat", task_dir);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return true;   /* gone */
+  ssize_t len = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (len <= 0) return true;
+  buf[len] = '\0';
+  /* "pid (comm) S ppid pgrp session tty tpgid flags ...": comm may hold anything, so parse after its last ')'. */
+  const char *end = strrchr(buf, ')');
+  char state;
+  unsigned flags;
+  if (!end || sscanf(end + 1, " %c %*s %*s %*s %*s %*s %u", &state, &flags) != 2) return false;
+  return state == 'Z' || state == 'X' || (flags & TASK_EXITING);
+}
+
+/* Counts the unnamed files of one thread's descriptor table (task_dir: /proc/PID/task/TID). */
+static void count_table(disk_tally *t, const char *task_dir, const dev_t *devs, size_t ndevs) {
+  char path[320];
+  snprintf(path, sizeof path, "%s/fd", task_dir);
   DIR *d = opendir(path);
-  if (!d && (errno == EACCES || errno == EPERM)) t->hidden++;
+  if (!d && (errno == EACCES || errno == EPERM) && !task_exiting(task_dir)) t->hidden++;
   if (!d) return;   /* else gone meanwhile */
   for (struct dirent *e; !disk_tally_done(t) && (e = readdir(d));) {
     struct stat st;
@@ -121,9 +148,9 @@ static void count_process(disk_tally *t, pid_t pid, const dev_t *devs, size_t nd
   if (!d) return;
   for (struct dirent *e; !disk_tally_done(t) && (e = readdir(d));) {
     if (!isdigit((unsigned char)e->d_name[0])) continue;
-    char fds[320];
-    snprintf(fds, sizeof fds, "/proc/%ld/task/%s/fd", (long)pid, e->d_name);
-    count_table(t, fds, devs, ndevs);
+    char task_dir[300];
+    snprintf(task_dir, sizeof task_dir, "/proc/%ld/task/%s", (long)pid, e->d_name);
+    count_table(t, task_dir, devs, ndevs);
   }
   closedir(d);
 }

@@ -33,11 +33,15 @@ bool proc_running_stat(pid_t pid, pid_t *ppid, pid_t *pgrp) {
   close(fd);
   if (len <= 0) return false;
   buf[len] = '\0';
-  /* "pid (comm) S ppid pgrp ...": comm may hold anything, so parse after its last ')'. */
+  /* "pid (comm) S ppid pgrp ... num_threads ...": comm may hold anything, so parse after its last ')'. */
   char *end = strrchr(buf, ')');
   char state;
-  long pp, pg;
-  if (!end || sscanf(end + 1, " %c %ld %ld", &state, &pp, &pg) != 3 || state == 'Z' || state == 'X') return false;
+  long pp, pg, threads;
+  if (!end || sscanf(end + 1, " %c %ld %ld %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %ld",
+                     &state, &pp, &pg, &threads) != 4)
+    return false;
+  /* A leader that ended while other threads run shows as a zombie: the process runs on. */
+  if ((state == 'Z' || state == 'X') && threads <= 1) return false;
   *ppid = (pid_t)pp;
   *pgrp = (pid_t)pg;
   return true;

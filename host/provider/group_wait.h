@@ -48,7 +48,11 @@ void proc_each(bool (*fn)(pid_t pid, int pidfd, void *ctx), void *ctx);
 /* Whether the environment process pid started with has the entry want (or one that starts with it, when prefix). */
 bool proc_env_has(pid_t pid, const char *want, bool prefix);
 
-/* The parent and group of process pid from /proc/PID/stat; false if it is gone or a zombie. */
+/*
+** The parent and group of process pid from /proc/PID/stat; false if it is
+** gone or a zombie (a zombie leader whose other threads still run is not:
+** its process runs on).
+*/
 bool proc_running_stat(pid_t pid, pid_t *ppid, pid_t *pgrp);
 
 #endif
