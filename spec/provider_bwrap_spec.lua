@@ -224,6 +224,30 @@ describe("bwrap sessions of the bundled provider", function()
     sb:close()
   end)
 
+  it("relay what the sandbox helper reports on its stderr to the provider's stderr, naming the session", function()
+    local runtime = h.tempdir()
+    local program = wrapper{env = {XDG_RUNTIME_DIR = runtime}}
+    local sb = sandbox.open{program = program, profile = "bwrap/default", workspace = h.tempdir()}
+    local bwrap = host_procs("bwrap .*" .. runtime):match("^(%d+)")
+    local helper = io.popen("pgrep -P " .. bwrap):read("l")
+    assert.is_not_nil(helper)
+    -- the helper's next poll fails (it says so on its stderr, and ends): once strace holds it, a command wakes it
+    assert(os.execute("timeout 20 strace -qq -o /dev/null -p " .. helper ..
+                      " -e trace=poll -e inject=poll:error=EBADF >/dev/null 2>&1 &"))
+    assert.is_true(h.wait_until(function()
+      local status = io.open("/proc/" .. helper .. "/status")
+      local traced = status and not status:read("a"):find("TracerPid:%s+0\n")
+      if status then status:close() end
+      return traced
+    end))
+    pcall(sb.exec, sb, {"true"})
+    local conn = sandbox.connection(program)
+    assert.is_true(h.wait_until(function()
+      return table.concat(conn.stderr_tail, "\n"):find("session s1's sandbox: smolwf-provider helper: poll: ", 1, true) ~= nil
+    end), table.concat(conn.stderr_tail, "\n"))
+    sb:close()
+  end)
+
   it("keep the provider's own environment out of commands", function()
     local program = wrapper{env = {SMOLWF_SPEC_SECRET = "leak"}}
     local sb = sandbox.open{program = program, profile = "bwrap/default", workspace = h.tempdir()}

@@ -45,6 +45,7 @@
 #include "process.h"
 #include "sandbox_helper.h"
 #include "session.h"
+#include "stderr_relay.h"
 #include "strays.h"
 
 /* Bounds on waiting for the helper: it answers in microseconds unless it is gone. */
@@ -77,6 +78,7 @@ typedef struct bwrap_state {
   uv_poll_t events_watch;
   bool watching;
   int err_fd;              /* bwrap's stderr until HELLO: why a sandbox did not start */
+  stderr_relay *relay;     /* that stderr after HELLO: what the helper reports, on ours */
   uv_timer_t startup_timer;   /* bounds the wait for HELLO */
   bool starting;           /* HELLO not seen yet: the session's open is pending */
   unsigned handles_open;   /* uv handles not closed yet: the state is freed after the last */
@@ -231,6 +233,13 @@ static void keep_hello(session *s, bwrap_state *st, const helper_reply *hello, i
 
 static void stop_starting(bwrap_state *st);
 
+static void relay_stderr(const session *s, bwrap_state *st) {
+  char prefix[128];
+  snprintf(prefix, sizeof prefix, "smolwf-provider: session %s's sandbox: ", s->id);
+  st->relay = stderr_relay_start(provider_ctx()->loop, st->err_fd, prefix);
+  st->err_fd = -1;
+}
+
 /*
 ** The helper's first message: HELLO, with two fds. Anything else (bwrap
 ** exited: end of file) means the sandbox did not come up. Either way the
@@ -253,8 +262,12 @@ static bool take_hello(session *s, bwrap_state *st) {
   } else if (!ok) {
     startup_failure(st->err_fd, &f);
   }
-  if (ok) keep_hello(s, st, &hello, fds);
-  else close_fds(fds);
+  if (ok) {
+    keep_hello(s, st, &hello, fds);
+    relay_stderr(s, st);
+  } else {
+    close_fds(fds);
+  }
   stop_starting(st);
   backend_opened(s, ok ? NULL : &f);
   return ok;
@@ -646,6 +659,8 @@ static void bwrap_close(session *s) {
   if (!st) return;
   s->backend_data = NULL;
   stop_starting(st);
+  stderr_relay_stop(st->relay);
+  st->relay = NULL;
   end_later(s, st);
   free(st->running);
   st->running = NULL;
