@@ -481,7 +481,7 @@ static void watch_sandbox(session *s, bwrap_state *st) {
 
 static void free_state(uv_handle_t *h);
 
-/* HELLO came (or will not): the timer goes; bwrap's stderr is not needed any more. */
+/* HELLO came (or will not): the timer goes, and so does bwrap's stderr unless it went to the relay. */
 static void stop_starting(bwrap_state *st) {
   if (!st->starting) return;
   st->starting = false;
