@@ -7,7 +7,6 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,60 +109,22 @@ static bool on_devs(dev_t dev, const dev_t *devs, size_t ndevs) {
 ** write nothing more, and what it holds is released within moments.
 */
 static bool task_exiting(const char *task_dir) {
-  char path[320], buf[512];
-  snprintf(path, sizeof path, "%s/stat", task_dir);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return true;   /* gone */
-  ssize_t len = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (len <= 0) return true;
-  buf[len] = '\0';
-  /* "pid (comm) S ppid pgrp session tty tpgid flags ...": comm may hold anything, so parse after its last ')'. */
-  const char *end = strrchr(buf, ')');
-  char state;
-  unsigned flags;
-  if (!end || sscanf(end + 1, " %c %*s %*s %*s %*s %*s %u", &state, &flags) != 2) return false;
-  return state == 'Z' || state == 'X' || (flags & TASK_EXITING);
-}
-
-/* Counts the unnamed files of one thread's descriptor table (task_dir: /proc/PID/task/TID). */
-static void count_table(disk_tally *t, const char *task_dir, const dev_t *devs, size_t ndevs) {
   char path[320];
-  snprintf(path, sizeof path, "%s/fd", task_dir);
-  DIR *d = opendir(path);
-  if (!d && (errno == EACCES || errno == EPERM) && !task_exiting(task_dir)) t->hidden++;
-  if (!d) return;   /* else gone meanwhile */
-  for (struct dirent *e; !disk_tally_done(t) && (e = readdir(d));) {
-    struct stat st;
-    if (e->d_name[0] == '.' || fstatat(dirfd(d), e->d_name, &st, 0) < 0) continue;
-    if (S_ISREG(st.st_mode) && st.st_nlink == 0 && on_devs(st.st_dev, devs, ndevs)) disk_tally_add(t, &st);
-  }
-  closedir(d);
-}
-
-static void count_process(disk_tally *t, pid_t pid, const dev_t *devs, size_t ndevs) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%ld/task", (long)pid);
-  DIR *d = opendir(path);
-  if (!d) return;
-  for (struct dirent *e; !disk_tally_done(t) && (e = readdir(d));) {
-    if (!isdigit((unsigned char)e->d_name[0])) continue;
-    char task_dir[300];
-    snprintf(task_dir, sizeof task_dir, "/proc/%ld/task/%s", (long)pid, e->d_name);
-    count_table(t, task_dir, devs, ndevs);
-  }
-  closedir(d);
+  snprintf(path, sizeof path, "%s/stat", task_dir);
+  proc_stat st;
+  if (!proc_read_stat(path, &st)) return true;   /* gone */
+  return st.state == 'Z' || st.state == 'X' || (st.flags & TASK_EXITING);
 }
 
 /*
-** Whether pid is pid 1 of a namespace below ours: in a bubblewrap session,
-** the sandbox helper. It makes itself non-dumpable (so a provider that is
-** not root may not read its descriptors) and holds no file of a command:
-** it opens none for them and closes the pipes it passes on.
+** Whether the thread is pid 1 of a namespace below ours: in a bubblewrap
+** session, the sandbox helper. It makes itself non-dumpable (so a provider
+** that is not root may not read its descriptors) and holds no file of a
+** command: it opens none for them and closes the pipes it passes on.
 */
-static bool namespace_init(pid_t pid) {
-  char path[64], line[256];
-  snprintf(path, sizeof path, "/proc/%ld/status", (long)pid);
+static bool namespace_init(const char *task_dir) {
+  char path[320], line[256];
+  snprintf(path, sizeof path, "%s/status", task_dir);
   FILE *f = fopen(path, "re");
   if (!f) return false;
   bool init = false;
@@ -177,14 +138,50 @@ static bool namespace_init(pid_t pid) {
   return init;
 }
 
+/*
+** A table the provider may not read hides files, unless its thread is
+** exiting or is the helper of the session's sandbox (sandboxed: only there
+** may a pid 1 below ours be trusted; in a local session a command could
+** make one).
+*/
+static bool hides(const char *task_dir, bool sandboxed) {
+  return !task_exiting(task_dir) && !(sandboxed && namespace_init(task_dir));
+}
+
+/* Counts the unnamed files of one thread's descriptor table (task_dir: /proc/PID/task/TID). */
+static void count_table(disk_tally *t, const char *task_dir, bool sandboxed, const dev_t *devs, size_t ndevs) {
+  char path[320];
+  snprintf(path, sizeof path, "%s/fd", task_dir);
+  DIR *d = opendir(path);
+  if (!d && (errno == EACCES || errno == EPERM) && hides(task_dir, sandboxed)) t->hidden++;
+  if (!d) return;   /* else gone meanwhile */
+  for (struct dirent *e; !disk_tally_done(t) && (e = readdir(d));) {
+    struct stat st;
+    if (e->d_name[0] == '.' || fstatat(dirfd(d), e->d_name, &st, 0) < 0) continue;
+    if (S_ISREG(st.st_mode) && st.st_nlink == 0 && on_devs(st.st_dev, devs, ndevs)) disk_tally_add(t, &st);
+  }
+  closedir(d);
+}
+
+static void count_process(disk_tally *t, pid_t pid, bool sandboxed, const dev_t *devs, size_t ndevs) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%ld/task", (long)pid);
+  DIR *d = opendir(path);
+  if (!d) return;
+  for (struct dirent *e; !disk_tally_done(t) && (e = readdir(d));) {
+    if (!isdigit((unsigned char)e->d_name[0])) continue;
+    char task_dir[300];
+    snprintf(task_dir, sizeof task_dir, "/proc/%ld/task/%s", (long)pid, e->d_name);
+    count_table(t, task_dir, sandboxed, devs, ndevs);
+  }
+  closedir(d);
+}
+
 void disk_count_held(disk_tally *t, const disk_procs *who, const dev_t *devs, size_t ndevs) {
   if (!who->ngroups && !who->sandbox && !who->env) return;
   proc_table table = {0};
   read_table(&table, who);
-  for (size_t i = 0; i < table.n && !disk_tally_done(t); i++) {
-    if (table.rows[i].member != MEMBER) continue;
-    if (who->sandbox && namespace_init(table.rows[i].pid)) continue;
-    count_process(t, table.rows[i].pid, devs, ndevs);
-  }
+  for (size_t i = 0; i < table.n && !disk_tally_done(t); i++)
+    if (table.rows[i].member == MEMBER) count_process(t, table.rows[i].pid, who->sandbox != 0, devs, ndevs);
   free(table.rows);
 }

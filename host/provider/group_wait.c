@@ -24,26 +24,35 @@ typedef struct watch_set {
   size_t n, cap;
 } watch_set;
 
-bool proc_running_stat(pid_t pid, pid_t *ppid, pid_t *pgrp) {
-  char path[64], buf[512];
-  snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+bool proc_read_stat(const char *path, proc_stat *st) {
+  char buf[512];
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   ssize_t len = read(fd, buf, sizeof buf - 1);
   close(fd);
   if (len <= 0) return false;
   buf[len] = '\0';
-  /* "pid (comm) S ppid pgrp ... num_threads ...": comm may hold anything, so parse after its last ')'. */
-  char *end = strrchr(buf, ')');
-  char state;
+  /* "pid (comm) S ppid pgrp session tty tpgid flags ... num_threads ...": comm may hold anything, so parse after its last ')'. */
+  const char *end = strrchr(buf, ')');
   long pp, pg, threads;
-  if (!end || sscanf(end + 1, " %c %ld %ld %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %ld",
-                     &state, &pp, &pg, &threads) != 4)
+  if (!end || sscanf(end + 1, " %c %ld %ld %*s %*s %*s %u %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %ld",
+                     &st->state, &pp, &pg, &st->flags, &threads) != 5)
     return false;
+  st->ppid = (pid_t)pp;
+  st->pgrp = (pid_t)pg;
+  st->threads = threads;
+  return true;
+}
+
+bool proc_running_stat(pid_t pid, pid_t *ppid, pid_t *pgrp) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+  proc_stat st;
+  if (!proc_read_stat(path, &st)) return false;
   /* A leader that ended while other threads run shows as a zombie: the process runs on. */
-  if ((state == 'Z' || state == 'X') && threads <= 1) return false;
-  *ppid = (pid_t)pp;
-  *pgrp = (pid_t)pg;
+  if ((st.state == 'Z' || st.state == 'X') && st.threads <= 1) return false;
+  *ppid = st.ppid;
+  *pgrp = st.pgrp;
   return true;
 }
 

@@ -48,6 +48,17 @@ void proc_each(bool (*fn)(pid_t pid, int pidfd, void *ctx), void *ctx);
 /* Whether the environment process pid started with has the entry want (or one that starts with it, when prefix). */
 bool proc_env_has(pid_t pid, const char *want, bool prefix);
 
+/* What /proc/PID/stat (or /proc/PID/task/TID/stat) says of a process (or thread). */
+typedef struct proc_stat {
+  char state;          /* R, S, Z, X, ... */
+  pid_t ppid, pgrp;
+  unsigned flags;      /* the kernel's PF_* */
+  long threads;
+} proc_stat;
+
+/* Reads a stat file (path); false if it is gone or cannot be parsed. */
+bool proc_read_stat(const char *path, proc_stat *st);
+
 /*
 ** The parent and group of process pid from /proc/PID/stat; false if it is
 ** gone or a zombie (a zombie leader whose other threads still run is not:
