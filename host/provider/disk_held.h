@@ -10,12 +10,13 @@
 ** carries the session's TMPDIR, or descends from one that does), or the
 ** sandbox's outermost process and its descendants (bubblewrap: nothing
 ** inside can leave the sandbox's pid namespace, whose orphans are
-** adopted inside it; its pid 1, the sandbox helper, holds no file of a
-** command and is skipped). Every thread's table is read, as a thread may have
+** adopted inside it). Every thread's table is read, as a thread may have
 ** descriptors of its own. A process whose table the provider may not
 ** read (it made itself non-dumpable, or runs a setuid program, in a
 ** local session of a provider that is not root) is counted as hidden:
-** what it holds cannot be known.
+** what it holds cannot be known. Not hidden, though unreadable: a thread
+** that is exiting, and a bubblewrap sandbox's pid 1 (the helper, which
+** holds no file of a command).
 */
 #ifndef SMOL_DISK_HELD_H
 #define SMOL_DISK_HELD_H
