@@ -137,24 +137,31 @@ static void unlink_watch(session *s, child_watch *w) {
     if (*pp == w) { *pp = w->next; return; }
 }
 
+/*
+** The exit goes to proc_exited first: an exec's result then leaves at
+** once (see maybe_finish), and the watch's own cleanup, the scheduling
+** switch and the group bookkeeping run while the host reads it.
+*/
 static void on_child_ready(child_watch *w) {
   int wstatus = 0;
   pid_t rc = waitpid(w->pid, &wstatus, WNOHANG);
   if (rc == 0 || (rc < 0 && errno == EINTR)) return;   /* not yet: poll again */
   if (rc < 0) wstatus = 0;   /* cannot happen for our own child; report a plain exit */
-  epoll_ctl(the_reaper()->epfd, EPOLL_CTL_DEL, w->pidfd, NULL);
-  close(w->pidfd);
-  strays_disown(w->pid);
   proc *p = w->p;
   pid_t pid = w->pid;
-  if (p) unlink_watch(p->session, w);
+  session *s = p ? p->session : NULL;   /* p may be forgotten by proc_exited */
+  if (p) {
+    unlink_watch(s, w);
+    proc_exited(p, wstatus);
+  }
+  epoll_ctl(the_reaper()->epfd, EPOLL_CTL_DEL, w->pidfd, NULL);
+  close(w->pidfd);
+  strays_disown(pid);
   free(w);
   reaper_release();
   relay_sched_idle(&provider_ctx()->sched);
-  if (!p) return;
-  session *s = p->session;   /* p may be forgotten by proc_exited */
+  if (!s) return;
   if (rc == pid) session_group_leader_reaped(s, pid);
-  proc_exited(p, wstatus);
   disk_watch_changed(s, true);
 }
 

@@ -253,13 +253,16 @@ static void reply_output(proc *p, cJSON *result) {
   p->out.truncated = p->err.truncated = false;
 }
 
-/* Done when the command exited and both pipes reached EOF (a grandchild may hold them). */
-static void maybe_finish(proc *p) {
-  if (!p->exited || !p->out.eof || !p->err.eof) return;
+/*
+** Done when the command exited and both pipes reached EOF (a grandchild may
+** hold them). True when p was answered and forgotten.
+*/
+static bool maybe_finish(proc *p) {
+  if (!p->exited || !p->out.eof || !p->err.eof) return false;
   uv_timer_stop(&p->wall_timer);   /* nothing of it is left to time out */
   uv_timer_stop(&p->idle_timer);
   uv_timer_stop(&p->grace_timer);
-  if (!p->req) return;
+  if (!p->req) return false;
   flush_started(p);
   cJSON *ev = cJSON_CreateObject();
   cJSON_AddStringToObject(ev, "type", "exited");
@@ -268,7 +271,9 @@ static void maybe_finish(proc *p) {
   cJSON *result = cJSON_CreateObject();
   add_exit_fields(result, p);
   reply_output(p, result);
+  replies_send_now();   /* closing the handles can wait; the host need not */
   proc_forget(p);
+  return true;
 }
 
 static void drain_stream(proc *p, outstream *o);
@@ -279,7 +284,9 @@ void proc_exited(proc *p, int wait_status) {
   p->wait_status = wait_status;
   drain_stream(p, &p->out);
   drain_stream(p, &p->err);
-  maybe_finish(p);
+  if (maybe_finish(p)) return;   /* proc_forget closed the pipes, after the result left */
+  if (p->out.eof) close_stream(p, &p->out);
+  if (p->err.eof) close_stream(p, &p->err);
 }
 
 /* ===== reading pipes ===== */
@@ -330,7 +337,8 @@ static void on_output(uv_stream_t *stream, ssize_t n, const uv_buf_t *buf) {
 ** of sleeping in the loop once more to be told so. Most execs then take
 ** one wake-up from exit to result. A pipe a descendant still holds
 ** answers EAGAIN and stays with the loop; so does output that must wait
-** for the host (paused).
+** for the host (paused). A pipe found at its end is only marked so: the
+** caller closes it, after the result if that can leave now.
 */
 static void drain_stream(proc *p, outstream *o) {
   proc_table *t = table();
@@ -340,7 +348,7 @@ static void drain_stream(proc *p, outstream *o) {
   for (int i = 0; i < DRAIN_READS; i++) {
     ssize_t n = read(fd, t->read_buffer, READ_BUFFER);
     if (n > 0) { take_output(p, o, (size_t)n); continue; }
-    if (n == 0 || (errno != EAGAIN && errno != EINTR)) close_stream(p, o);
+    if (n == 0 || (errno != EAGAIN && errno != EINTR)) o->eof = true;
     return;
   }
 }

@@ -117,3 +117,7 @@ void send_event_blobs(const request *r, cJSON *event, const blob *blobs, size_t 
 void send_event(const request *r, cJSON *event) {
   compose(r->id_json, "event", event, NULL, 0);
 }
+
+void replies_send_now(void) {
+  wire_flush();
+}

@@ -45,4 +45,11 @@ void reply_error(request *r, const char *code, const char *fmt, ...)
 void send_event(const request *r, cJSON *event);
 void send_event_blobs(const request *r, cJSON *event, const blob *blobs, size_t nblobs);
 
+/*
+** Sends the lines composed so far at once instead of before the loop next
+** waits: for a caller with cleanup left after a terminal reply, so that
+** the host does not wait on that cleanup.
+*/
+void replies_send_now(void);
+
 #endif

@@ -140,6 +140,7 @@ static void reaped(helper *h, pid_t pid, int status) {
       child c = h->children[i];
       h->children[i] = h->children[--h->nchildren];
       queue_report(h, HELPER_EXITED, c.tag, status);
+      flush_exits(h);   /* the provider learns of the exit before our bookkeeping */
       keep_group(h, c);
       relay_sched_idle(&h->sched);
       return;

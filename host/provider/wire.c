@@ -172,6 +172,11 @@ static void flush_turn(uv_prepare_t *h) {
   after_write(w);
 }
 
+void wire_flush(void) {
+  wire *w = the_wire();
+  if (w->turn_n > 0 && w->flusher_open) flush_turn(&w->flusher);
+}
+
 void wire_send(char *data, size_t len) {
   wire *w = the_wire();
   if (!w->out_open || w->out_failed) { free(data); return; }

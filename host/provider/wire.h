@@ -1,8 +1,8 @@
 /*
 ** The wire: the provider's stdin and stdout, as JSON Lines (framing and
 ** limits: docs/protocol.md). Complete request lines go to the line hook;
-** reply lines are queued whole and leave before the loop next waits, the
-** lines of one loop turn in one writev.
+** reply lines are queued whole and leave before the loop next waits (or
+** when wire_flush asks), the lines queued until then in one writev.
 **
 ** Backpressure: when the host reads slowly and the bytes queued pass
 ** WIRE_QUEUE_HIGH, the wire stops reading stdin and tells the congestion
@@ -46,6 +46,12 @@ int wire_start(uv_loop_t *loop, const wire_hooks *hooks);
 
 /* Queues one complete line (malloc'ed, ends in '\n'), taking it over. */
 void wire_send(char *line, size_t len);
+
+/*
+** Writes the lines queued this turn now rather than before the loop next
+** waits; what the pipe cannot take is queued as usual.
+*/
+void wire_flush(void);
 
 /* Stops reading stdin for good (the hooks get no more lines). */
 void wire_stop_reading(void);
