@@ -483,6 +483,43 @@ describe("smol.core", function()
       assert.is_string(core.version)
     end)
   end)
+
+  describe("sha256 (libcrypto opened at the first digest)", function()
+    local ABC = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    local EMPTY = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+    it("digests strings in order, files, and files on the thread pool", function()
+      assert.equal(ABC, core.sha256("abc"))
+      assert.equal(ABC, core.sha256("a", "", "bc"))
+      assert.equal(EMPTY, core.sha256())
+      assert.equal(core.sha256("12"), core.sha256(1, 2))
+      assert.matches("bad argument #2 to '[%w.]*sha256' %(string expected, got table%)", h.catch(core.sha256, "a", {}))
+      local dir = h.tempdir()
+      local path = dir .. "/abc"
+      assert(io.open(path, "w")):write("abc"):close()
+      assert.equal(ABC, core.sha256_file(path))
+      assert.same({nil, dir .. "/none: No such file or directory"}, {core.sha256_file(dir .. "/none")})
+      local digests
+      core.hash_files({path, dir .. "/none"}, function(d) digests = d end)
+      run_until(function() return digests ~= nil end)
+      assert.same({ABC, false, errors = {[2] = dir .. "/none: No such file or directory"}}, digests)
+      h.remove_dir(dir)
+    end)
+
+    it("starts without libcrypto, and a digest then names the library it could not load", function()
+      local dir = h.tempdir()
+      assert(io.open(dir .. "/libcrypto.so.3", "w")):write("not a library"):close()
+      local env = {LD_LIBRARY_PATH = dir}
+      local out, status = h.run_host([[print("started")]], env)
+      assert.equal("started\n", out)
+      assert.equal(0, status)
+      out = h.run_host([[print(pcall(require("smol.core").sha256, "abc"))]], env)
+      assert.matches("^false\tsha256: cannot load libcrypto%.so%.3: .*" .. dir:gsub("%p", "%%%0") .. "/libcrypto%.so%.3", out)
+      out = h.run_host([[print(pcall(require("smol.core").hash_files, {"/etc/hostname"}, print))]], env)
+      assert.matches("^false\thash_files: cannot load libcrypto", out)
+      h.remove_dir(dir)
+    end)
+  end)
 end)
 
 describe("core.json_decode", function()

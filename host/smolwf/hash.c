@@ -1,6 +1,5 @@
 /*
-** SHA-256 for the step cache, with OpenSSL's EVP interface (which uses the
-** CPU's SHA extensions or AVX2 where it has them):
+** SHA-256 for the step cache (sha256.h):
 **
 **   core.sha256(s, ...)            -> hex digest of the strings, in order
 **   core.sha256_file(path)         -> hex digest, or nil, message
@@ -12,7 +11,8 @@
 **
 ** Files are read in blocks straight into the digest: never through a Lua
 ** string, and never on the loop's thread when hashed with hash_files (a
-** big input must not stall the other steps' output).
+** big input must not stall the other steps' output). Each function raises
+** an error when libcrypto cannot be loaded.
 */
 #include "host.h"
 
@@ -23,28 +23,26 @@
 #include <unistd.h>
 
 #include <lauxlib.h>
-#include <openssl/evp.h>
 
-#define HEX_LEN (2 * 32)
+#include "sha256.h"
+
+#define HEX_LEN SHA256_HEX_LEN
 #define READ_BLOCK (256 * 1024)
 
-static void to_hex(const unsigned char *md, unsigned len, char *out) {
-  static const char digits[] = "0123456789abcdef";
-  for (unsigned i = 0; i < len; i++) {
-    out[2 * i] = digits[md[i] >> 4];
-    out[2 * i + 1] = digits[md[i] & 15];
-  }
-  out[2 * len] = '\0';
+/* Raises unless libcrypto is loaded (on the loop's thread, before any job needs it). */
+static void check_available(lua_State *L, const char *fn) {
+  const char *why = sha256_unavailable();
+  if (why != NULL) luaL_error(L, "%s: %s", fn, why);
 }
 
-/* Feeds fd to ctx to its end; 0, or an errno value. */
-static int digest_fd(EVP_MD_CTX *ctx, int fd, unsigned char *buf) {
+/* Feeds fd to d to its end; 0, or an errno value. */
+static int digest_fd(sha256 *d, int fd, unsigned char *buf) {
   for (;;) {
     ssize_t n = read(fd, buf, READ_BLOCK);
     if (n == 0) return 0;
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return errno;
-    if (EVP_DigestUpdate(ctx, buf, (size_t)n) != 1) return EIO;
+    if (!sha256_update(d, buf, (size_t)n)) return EIO;
   }
 }
 
@@ -56,14 +54,10 @@ static int hash_path(const char *path, char *hex, unsigned char *buf) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return errno;
   posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-  int err = ctx == NULL || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1 ? EIO : 0;
-  if (err == 0) err = digest_fd(ctx, fd, buf);
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned len = 0;
-  if (err == 0 && EVP_DigestFinal_ex(ctx, md, &len) != 1) err = EIO;
-  if (err == 0) to_hex(md, len, hex);
-  EVP_MD_CTX_free(ctx);
+  sha256 *d = sha256_new();
+  int err = d == NULL ? EIO : digest_fd(d, fd, buf);
+  if (err == 0 && !sha256_final(d, hex)) err = EIO;
+  sha256_free(d);
   close(fd);
   return err;
 }
@@ -71,26 +65,20 @@ static int hash_path(const char *path, char *hex, unsigned char *buf) {
 /* core.sha256(s, ...): the digest of the strings' concatenation. */
 static int core_sha256(lua_State *L) {
   int n = lua_gettop(L);
-  EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-  if (ctx == NULL || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
-    EVP_MD_CTX_free(ctx);
-    return luaL_error(L, "sha256: OpenSSL could not start a digest");
-  }
+  for (int i = 1; i <= n; i++) luaL_checklstring(L, i, NULL);   /* numbers become strings, as in Lua */
+  check_available(L, "sha256");
+  sha256 *d = sha256_new();
+  if (d == NULL) return luaL_error(L, "sha256: OpenSSL could not start a digest");
+  bool ok = true;
   for (int i = 1; i <= n; i++) {
     size_t len;
     const char *s = lua_tolstring(L, i, &len);
-    if (s == NULL) {
-      EVP_MD_CTX_free(ctx);
-      return luaL_typeerror(L, i, "string");
-    }
-    EVP_DigestUpdate(ctx, s, len);
+    ok = ok && sha256_update(d, s, len);
   }
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned len = 0;
-  EVP_DigestFinal_ex(ctx, md, &len);
-  EVP_MD_CTX_free(ctx);
   char hex[HEX_LEN + 1];
-  to_hex(md, len, hex);
+  ok = ok && sha256_final(d, hex);
+  sha256_free(d);
+  if (!ok) return luaL_error(L, "sha256: OpenSSL failed to digest");
   lua_pushstring(L, hex);
   return 1;
 }
@@ -98,6 +86,7 @@ static int core_sha256(lua_State *L) {
 /* core.sha256_file(path) -> hex, or nil and "path: reason". */
 static int core_sha256_file(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
+  check_available(L, "sha256_file");
   unsigned char *buf = lua_newuserdatauv(L, READ_BLOCK, 0);  /* freed by the GC, even on error */
   char hex[HEX_LEN + 1];
   int err = hash_path(path, hex, buf);
@@ -207,6 +196,7 @@ static void check_paths(lua_State *L, int idx) {
 static int core_hash_files(lua_State *L) {
   check_paths(L, 1);
   luaL_checktype(L, 2, LUA_TFUNCTION);
+  check_available(L, "hash_files");
   hash_job *job = job_new(L, 1);
   if (job == NULL) return luaL_error(L, "hash_files: out of memory");
   job->req.data = job;
