@@ -26,7 +26,6 @@
 
 #include "sha256.h"
 
-#define HEX_LEN SHA256_HEX_LEN
 #define READ_BLOCK (256 * 1024)
 
 /* Raises unless libcrypto is loaded (on the loop's thread, before any job needs it). */
@@ -47,7 +46,7 @@ static int digest_fd(sha256 *d, int fd, unsigned char *buf) {
 }
 
 /*
-** Hashes the file at path into hex (HEX_LEN + 1 bytes); returns 0, or an
+** Hashes the file at path into hex (SHA256_HEX_LEN + 1 bytes); returns 0, or an
 ** errno value (EIO when OpenSSL fails). buf is a READ_BLOCK scratch area.
 */
 static int hash_path(const char *path, char *hex, unsigned char *buf) {
@@ -75,7 +74,7 @@ static int core_sha256(lua_State *L) {
     const char *s = lua_tolstring(L, i, &len);
     ok = ok && sha256_update(d, s, len);
   }
-  char hex[HEX_LEN + 1];
+  char hex[SHA256_HEX_LEN + 1];
   ok = ok && sha256_final(d, hex);
   sha256_free(d);
   if (!ok) return luaL_error(L, "sha256: OpenSSL failed to digest");
@@ -88,7 +87,7 @@ static int core_sha256_file(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
   check_available(L, "sha256_file");
   unsigned char *buf = lua_newuserdatauv(L, READ_BLOCK, 0);  /* freed by the GC, even on error */
-  char hex[HEX_LEN + 1];
+  char hex[SHA256_HEX_LEN + 1];
   int err = hash_path(path, hex, buf);
   if (err != 0) {
     luaL_pushfail(L);
@@ -105,7 +104,7 @@ typedef struct hash_job {
   uv_work_t req;
   int n, cb_ref;
   char **paths;                 /* n strings, malloc'ed */
-  char (*hex)[HEX_LEN + 1];     /* n digests */
+  char (*hex)[SHA256_HEX_LEN + 1];     /* n digests */
   int *err;                     /* n errno values (0: hashed) */
 } hash_job;
 
