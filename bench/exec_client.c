@@ -10,6 +10,7 @@
 ** then serves batches (batches.h): each start is one exec request of
 ** PROGRAM ARGS, timed from writing the request to reading its result,
 ** every reply line in between parsed with cJSON as a real client must.
+** Requests name the session as smolwf does (session_ref below).
 ** A failed exec (an error reply or a non-zero exit) ends it with status 1.
 ** At the end of its input it closes the session and the provider's stdin.
 ** smolwf's own client (sb:exec, Lua) is timed by provider_bench.lua itself.
@@ -122,10 +123,22 @@ static char *open_request(const char *profile) {
   return line;
 }
 
+/*
+** What a request names its session by, as smolwf's client does: the id
+** alone where the session announces session_by_id, else the whole object.
+*/
+static cJSON *session_ref(const cJSON *session) {
+  const cJSON *caps = cJSON_GetObjectItemCaseSensitive(session, "capabilities");
+  if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(caps, "session_by_id"))) return cJSON_Duplicate(session, true);
+  cJSON *ref = cJSON_CreateObject();
+  cJSON_AddStringToObject(ref, "id", cJSON_GetObjectItemCaseSensitive(session, "id")->valuestring);
+  return ref;
+}
+
 /* The exec request's text after its id, for session and argv (built once). */
 static char *exec_request(const cJSON *session, char **argv) {
   cJSON *params = cJSON_CreateObject();
-  cJSON_AddItemToObject(params, "session", cJSON_Duplicate(session, true));
+  cJSON_AddItemToObject(params, "session", session_ref(session));
   cJSON *args = cJSON_AddArrayToObject(params, "argv");
   for (char **a = argv; *a; a++) cJSON_AddItemToArray(args, cJSON_CreateString(*a));
   cJSON_AddNullToObject(params, "cwd");

@@ -185,6 +185,12 @@ describe("provider.server validation", function()
     assert.same("read_file: field `params` must be an object", e.message)
   end)
 
+  it("hands methods the session object open returned when a request names it by id alone", function()
+    p:request(1, "echo", {session = {id = "probe_1"}, x = 1})
+    local reply = p:next()
+    assert.same({session = SESSION, x = 1}, reply.result.params)
+  end)
+
   it("refuses sessions it never opened", function()
     local e = error_for("read_file", {session = {id = "ghost"}, path = "a"})
     assert.same("unknown_session", e.code)
@@ -347,6 +353,8 @@ describe("server.program", function()
     local r = sb:exec{"anything", stdin = "hello"}
     assert.same("hello", r.stdout)
     assert.same("\254\0", r.stderr)
+    -- The probe does not announce session_by_id: requests carry the whole session object.
+    assert.same(SESSION, cjson.decode(sb:exec{"raw-session"}.stdout))
   end)
 end)
 

@@ -8,7 +8,7 @@
 /* The extensions every session of this provider serves. */
 static const char *const extensions[] = {
   "exec", "process", "timeout", "signal", "output_limit", "fs_extra", "describe", "raw_names", "fork",
-  "archive",
+  "archive", "session_by_id",
 };
 
 cJSON *capabilities_of(const session *s) {

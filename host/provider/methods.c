@@ -44,12 +44,16 @@ static const struct method {
   {"abort_archive", NULL, method_abort_archive},
 };
 
-/* The session named by params.session.id, or NULL after answering r with the reason. */
+/*
+** The session named by params.session.id, or NULL after answering r with
+** the reason. Only the id is read, so {"id": S} alone serves as well as
+** the whole object open returned (the session_by_id capability).
+*/
 static session *lookup_session(request *r, const cJSON *params) {
   const cJSON *obj = cJSON_GetObjectItemCaseSensitive(params, "session");
   const cJSON *id = cJSON_GetObjectItemCaseSensitive(obj, "id");
   if (!cJSON_IsObject(obj) || !cJSON_IsString(id)) {
-    reply_error(r, "invalid_request", "%s: field `session` must be the session object that open returned", r->method);
+    reply_error(r, "invalid_request", "%s: field `session` must be the session object that open returned (or {\"id\": ID})", r->method);
     return NULL;
   }
   session *s = session_find(id->valuestring);

@@ -1,7 +1,7 @@
 --[[
 The provider behind `sandbox.host{cwd = "."}`: the protocol's methods
-(docs/protocol.md, with the process, timeout, signal, output_limit and
-fs_extra extensions) run directly on this machine, with no isolation.
+(docs/protocol.md, with the process, timeout, signal, output_limit,
+fs_extra and session_by_id extensions) run directly on this machine, with no isolation.
 smol.sandbox serves it like any other provider, as
 `smolwf provider lua/smol/host_provider.lua serve`, so a host session has
 the same argument checks, results and errors as every sandbox session.
@@ -54,7 +54,7 @@ local function absolute(dir)
 end
 
 local CAPABILITIES = {exec = true, process = true, timeout = true, signal = true,
-  output_limit = true, fs_extra = true, isolation = "none"}
+  output_limit = true, fs_extra = true, session_by_id = true, isolation = "none"}
 
 local methods = {}
 local remove_tree   -- (below, with the file operations)

@@ -11,6 +11,11 @@
 -- `internal` error reply and a traceback on stderr. `shutdown` is always
 -- handled here, and `close` answers {} when the file has no `close`.
 --
+-- Sessions: `params.session` is always the object the file's `open`
+-- returned, whether the request sent it whole or only `{"id": S}`, so a
+-- provider may announce the `session_by_id` capability without reading
+-- anything but the id; `req.raw` keeps the params as they were sent.
+--
 -- Bytes: every `X_base64` string in the params is also given decoded as `X`
 -- (`params.content`, `params.stdin`, `params.data`); in results and events a
 -- string in `content`, `stdout`, `stderr` or `data` is sent as `X_base64`.
@@ -160,18 +165,22 @@ function Server:check_method(msg)
   if not handler then return nil, "unknown_method", ("unknown method `%s`"):format(method) end
   local params, code, message = schema.check(method, msg.params)
   if not params then return nil, code, message end
-  if params.session and not self:knows_session(params.session) then
-    return nil, "unknown_session",
-      ("%s: unknown session `%s`"):format(method, tostring(params.session.id))
+  if params.session then
+    local known = self:knows_session(params.session)
+    if not known then
+      return nil, "unknown_session", ("%s: unknown session `%s`"):format(method, tostring(params.session.id))
+    end
+    params.session = known
   end
   return setmetatable({id = msg.id, method = method, params = params, raw = msg.params,
     server = self, handler = handler, answered = false}, Request)
 end
 
 -- Sessions are learnt from `open` results; a provider whose `open` is
--- handled elsewhere (a forwarder's "*") gets the same check.
+-- handled elsewhere (a forwarder's "*") gets the same check. The session
+-- object open returned, or nil.
 function Server:knows_session(session)
-  return self.sessions[session.id] ~= nil
+  return self.sessions[session.id]
 end
 
 function Server:start(req)

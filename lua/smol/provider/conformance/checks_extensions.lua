@@ -373,7 +373,39 @@ local function host_processes_hidden(ctx)
   return expect.equal("hidden\n", out_of(req) or expect.reply(req), "the kit's pid " .. mine)
 end
 
+-- ======================================================================
+-- session_by_id
+-- ======================================================================
+
+-- Each method that names a session serves {"id"} alone as it serves the whole object.
+local function session_named_by_id(ctx)
+  local by_id = {id = ctx.session.id}
+  local text = "by id " .. ctx.env.token
+  return expect.all("{id} alone serves as the session", {
+    {"write_file", function()
+      return expect.result(ctx:op("write_file", {session = by_id, path = "by-id.txt", content_base64 = b64(text)}))
+    end},
+    {"read_file", function()
+      local req = ctx:op("read_file", {session = by_id, path = "by-id.txt"})
+      return expect.equal(text, out_of(req, "content") or expect.reply(req), "content")
+    end},
+    {"exec", function()
+      local req = ctx:exec({"cat", "by-id.txt"}, {session = by_id})
+      return expect.equal(text, out_of(req) or expect.reply(req), "stdout")
+    end},
+  })
+end
+
+local function unknown_id(ctx)
+  local req = ctx:op("read_file", {session = {id = "no-such-session-" .. ctx.env.token}, path = "x"})
+  return expect.error(req, "unknown_session")
+end
+
 return {
+  {name = "session_by_id", needs = "session_by_id", checks = {
+    {"a request naming its session by {\"id\"} alone is served", session_named_by_id},
+    {"{\"id\"} of a session never opened is unknown_session", unknown_id},
+  }},
   {name = "process", needs = "process", checks = {
     {"write_stdin reaches a spawned command; wait answers its output and exit", write_stdin_then_wait},
     {"wait with timeout_ms answers running, then each byte once", wait_running_then_rest},
