@@ -44,6 +44,14 @@ typedef struct backend_ops {
 
   /* Kills everything the session started and releases backend_data. Once. */
   void (*close)(struct session *s);
+
+  /*
+  ** A backend whose commands all descend from one process of its own (the
+  ** bubblewrap sandbox) says which, or 0 while there is none; the disk
+  ** measure (disk_cap.c) then looks for the session's processes under it.
+  ** NULL for one whose commands are the provider's own children.
+  */
+  pid_t (*sandbox_pid)(const struct session *s);
 } backend_ops;
 
 /* A pending open's end (opening.c): f is NULL when the session is ready. */
@@ -51,8 +59,5 @@ void backend_opened(struct session *s, const failure *f);
 
 extern const backend_ops backend_local;
 extern const backend_ops backend_bwrap;
-
-/* A bubblewrap session's sandbox process (our child: every process of the session descends from it), or 0. */
-pid_t backend_bwrap_sandbox_pid(const struct session *s);
 
 #endif

@@ -678,15 +678,17 @@ static void bwrap_close(session *s) {
   uv_close((uv_handle_t *)&st->answer_timer, free_state);
 }
 
+/* The bwrap process (our child): every process of the session descends from it. */
+static pid_t bwrap_sandbox_pid(const session *s) {
+  const bwrap_state *st = s->backend_data;
+  return st && st->bwrap_pid > 0 ? st->bwrap_pid : 0;
+}
+
 const backend_ops backend_bwrap = {
   .isolation = "namespaces",
   .open = bwrap_open,
   .start = bwrap_start,
   .signal = bwrap_signal,
   .close = bwrap_close,
+  .sandbox_pid = bwrap_sandbox_pid,
 };
-
-pid_t backend_bwrap_sandbox_pid(const session *s) {
-  const bwrap_state *st = s->backend == &backend_bwrap ? s->backend_data : NULL;
-  return st && st->bwrap_pid > 0 ? st->bwrap_pid : 0;
-}

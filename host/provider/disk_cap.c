@@ -77,8 +77,8 @@ static int dup_fd(int fd) {
 
 /* The session's processes, as /proc will show them to the measure. */
 static void snapshot_procs(const session *s, disk_procs *who) {
-  if (s->backend == &backend_bwrap) {
-    who->sandbox = backend_bwrap_sandbox_pid(s);
+  if (s->backend->sandbox_pid) {
+    who->sandbox = s->backend->sandbox_pid(s);
     return;
   }
   if (s->ngroups) {
