@@ -164,7 +164,9 @@ int main(int argc, char **argv) {
   if (!cJSON_IsString(cJSON_GetObjectItemCaseSensitive(session, "id"))) die("open gave no session id", NULL);
   c.exec_head = exec_request(session, argv + 3);
   int status = serve_batches("exec_client", one_exec, &c);
-  char *session_text = cJSON_PrintUnformatted(session), *close_req = NULL;
+  cJSON *ref = session_ref(session);
+  char *session_text = cJSON_PrintUnformatted(ref), *close_req = NULL;
+  cJSON_Delete(ref);
   if (asprintf(&close_req, ",\"method\":\"close\",\"params\":{\"session\":%s}}\n", session_text) < 0)
     die("out of memory", NULL);
   cJSON_Delete(call(&c, close_req));

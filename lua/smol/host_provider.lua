@@ -1,7 +1,8 @@
 --[[
 The provider behind `sandbox.host{cwd = "."}`: the protocol's methods
 (docs/protocol.md, with the process, timeout, signal, output_limit,
-fs_extra and session_by_id extensions) run directly on this machine, with no isolation.
+fs_extra and session_by_id extensions) run directly on this machine, with
+no isolation.
 smol.sandbox serves it like any other provider, as
 `smolwf provider lua/smol/host_provider.lua serve`, so a host session has
 the same argument checks, results and errors as every sandbox session.
