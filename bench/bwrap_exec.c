@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "median.h"
 #include "backend.h"
 #include "context.h"
 #include "discard.h"
@@ -75,14 +76,8 @@ static double now(void) {
   return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
-static int by_value(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 static double median_ms(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, by_value);
-  return v[n / 2] * 1e3;
+  return bench_median(v, (size_t)n) * 1e3;
 }
 
 /* A session with just what the backend needs: its directories, profile and loop. */

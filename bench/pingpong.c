@@ -12,6 +12,7 @@
 
 #include "bench_io.h"
 #include "clock.h"
+#include "median.h"
 
 static const char *REQUEST =
   "{\"id\":%ld,\"method\":\"exec\",\"params\":{\"session\":{\"id\":\"bench_1\",\"cwd\":null,"
@@ -53,11 +54,6 @@ static void child(int in, int out) {
   _exit(0);
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 int main(int argc, char **argv) {
   long n = argc > 1 ? atol(argv[1]) : 20000;
   int to_child[2], to_parent[2];
@@ -82,8 +78,7 @@ int main(int argc, char **argv) {
   }
   close(to_child[1]);
   waitpid(pid, NULL, 0);
-  qsort(t, (size_t)n, sizeof(double), cmp_double);
-  printf("pingpong_median_us %.2f\npingpong_mean_us %.2f\n", t[n / 2], total / (double)n);
+  printf("pingpong_median_us %.2f\npingpong_mean_us %.2f\n", bench_median(t, (size_t)n), total / (double)n);
   free(t); free(p.out.buf); linebuf_free(&lb);
   return 0;
 }

@@ -15,6 +15,10 @@ taken from SPAWN_LOOP's directory. Side by side in one run it prints:
     sides differ by the provider alone, which is what the provider's
     targets are about; and from smolwf's own client (sb:exec in Lua, what
     a workflow pays: the host's share, which bench/host_bench.sh tracks);
+  - the floor under those ratios: what any exec through this design pays
+    and the plain loop does not, before code of ours runs (the session's
+    namespaces, two capture pipes, the relay hops; smolwf-bench-exec-floor,
+    bench/exec_floor.c, also taken from SPAWN_LOOP's directory);
   - execs/s with 16 in flight, and the machine's CPU utilisation meanwhile;
   - MB/s of stdout payload streamed through events, and the provider's
     peak RSS (VmHWM) after streaming STREAM_BYTES (default 1 GiB).
@@ -31,11 +35,13 @@ client) far more than the work they carry.
 local core = require "smol.core"
 local wire = require "smol.provider.conformance.wire"
 local sandbox = require "smol.sandbox"
+local lfs = require "lfs"
 local median = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "lib.lua").median
 
 local provider = assert(arg[1], "usage: provider_bench.lua PROVIDER SPAWN_LOOP [EXECS] [STREAM_BYTES]")
 local spawn_loop = assert(arg[2], "usage: provider_bench.lua PROVIDER SPAWN_LOOP [EXECS] [STREAM_BYTES]")
 local exec_client = (spawn_loop:match("^(.*/)") or "") .. "smolwf-bench-exec-client"
+local exec_floor = (spawn_loop:match("^(.*/)") or "") .. "smolwf-bench-exec-floor"
 local EXECS = math.tointeger(tonumber(arg[3] or "")) or 1000
 local STREAM_BYTES = math.tointeger(tonumber(arg[4] or "")) or 1024 * 1024 * 1024
 local PART = arg[5] or "all"
@@ -241,30 +247,59 @@ local function sandbox_ms(sb, n, into)
 end
 
 --[[
+The argv that runs spawn_loop with loop_args inside the namespaces a
+bubblewrap session gives its commands (as bwrap_args.c builds them, without
+the workspace): what a start costs there before any relay or protocol, for
+the floor below.
+]]
+local function in_session_namespaces(loop_args)
+  local args = {"bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL",
+    "--die-with-parent", "--new-session", "--as-pid-1", "--hostname", "sandbox"}
+  for _, dir in ipairs{"/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc"} do
+    local link = lfs.symlinkattributes(dir, "target")
+    if link then table.move({"--symlink", link, dir}, 1, 3, #args + 1, args)
+    elseif lfs.attributes(dir, "mode") then table.move({"--ro-bind", dir, dir}, 1, 3, #args + 1, args) end
+  end
+  local loop = spawn_loop:sub(1, 1) == "/" and spawn_loop or lfs.currentdir() .. "/" .. spawn_loop
+  table.move({"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+    "--ro-bind", loop, loop, "--", loop}, 1, 11, #args + 1, args)
+  return table.move(loop_args, 1, #loop_args, #args + 1, args)
+end
+
+--[[
 Samples (ms) of the plain loop, of exec through the provider from the C
 client and from sb:exec, in rounds of BATCH each, one after the other;
 and each round's ratios of medians (C client / plain, sb:exec / plain).
+For a bubblewrap profile the rounds also run the plain loop inside the
+session's namespaces (ratios.ns).
 ]]
 local function interleaved_ms(profile)
   local sb = sandbox.open{program = provider, profile = profile, workspace = ""}
   local plain, stop_plain = batch_server({spawn_loop, "--serve", "/bin/true"})
   local client, stop_client = batch_server({exec_client, provider, profile, "/bin/true"})
+  local ns, stop_ns
+  if profile:match("^bwrap/") then
+    ns, stop_ns = batch_server(in_session_namespaces({"--serve", "/bin/true"}))
+    ns(50, {})
+  end
   sandbox_ms(sb, 50, {})   -- warm up
   plain(50, {})
   client(50, {})
   local t = {plain = {}, client = {}, lua = {}}
-  local ratios = {client = {}, lua = {}}
+  local ratios = {client = {}, lua = {}, ns = ns and {}}
   for r = 1, math.max(20, EXECS // BATCH) do
-    local p, c, v = {}, {}, {}
+    local p, c, v, n = {}, {}, {}, {}
     plain(BATCH, p)
     client(BATCH, c)
     sandbox_ms(sb, BATCH, v)
+    if ns then ns(BATCH, n); ratios.ns[r] = median(n) / median(p) end
     table.move(p, 1, #p, #t.plain + 1, t.plain)
     table.move(c, 1, #c, #t.client + 1, t.client)
     table.move(v, 1, #v, #t.lua + 1, t.lua)
     ratios.client[r] = median(c) / median(p)
     ratios.lua[r] = median(v) / median(p)
   end
+  if stop_ns then stop_ns() end
   stop_client()
   stop_plain()
   sb:close()
@@ -288,6 +323,35 @@ local function report_ratio(name, ratios, note)
     ratios[n // 4 + 1], ratios[n - n // 4], note))
 end
 
+-- The medians smolwf-bench-exec-floor prints (bench/exec_floor.c): {pipes_us = , hop_us = }.
+local function floor_parts()
+  local out = assert(io.popen(exec_floor))
+  local parts = {}
+  for key, us in out:read("a"):gmatch("(%S+) (%S+)") do parts[key] = tonumber(us) end
+  assert(out:close() and parts.pipes_us and parts.hop_us, exec_floor .. " failed")
+  return parts
+end
+
+--[[
+What an exec through the provider pays before any code of ours runs, as a
+ratio to the plain loop: the namespaces' own cost (the plain loop inside
+them, bubblewrap sessions only), the two capture pipes, and one relay hop
+per process between the client and the command's parent (the provider;
+for a bubblewrap session also its helper).
+]]
+local function report_floor(profile, plain_ms, ratios)
+  local parts = floor_parts()
+  local hops = ratios.ns and 2 or 1
+  local ns = 1
+  if ratios.ns then
+    ns = median(ratios.ns)
+    report_ratio("  the plain loop in the session's namespaces", ratios.ns, "; no relay, no protocol")
+  end
+  local floor = ns + (parts.pipes_us + hops * parts.hop_us) / (plain_ms * 1000)
+  report("  floor, " .. profile, floor, "%.3fx", ("(namespaces %.3fx + capture pipes %.1f µs + %d relay hop%s of %.1f µs)")
+    :format(ns, parts.pipes_us, hops, hops > 1 and "s" or "", parts.hop_us))
+end
+
 local function bench_profile(profile)
   local t, ratios = interleaved_ms(profile)
   local target = profile:match("^local") and 1.10 or 1.25
@@ -298,6 +362,7 @@ local function bench_profile(profile)
   report_ratio("  ratio, " .. profile, ratios.client, ("; target <= %.2fx"):format(target))
   report("  the same from smolwf's sb:exec", median(t.lua), "%.3f ms", "(the Lua client: what a workflow pays)")
   report_ratio("  its ratio", ratios.lua, "; the host's share: bench/host_bench.sh")
+  report_floor(profile, median(t.plain), ratios)
   if PART == "exec" then return end
   local conn = assert(wire.start({provider, "serve"}))
   local session = open_session(conn, profile)

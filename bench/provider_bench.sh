@@ -4,9 +4,11 @@
 #   bench/provider_bench.sh BUILD_DIR [EXECS] [STREAM_BYTES]
 #
 # BUILD_DIR is a cmake build of this repo with the targets smolwf,
-# smolwf-provider, smolwf-bench-spawn-loop and smolwf-bench-exec-client built, e.g.
+# smolwf-provider, smolwf-bench-spawn-loop, smolwf-bench-exec-client and
+# smolwf-bench-exec-floor built, e.g.
 #   cmake -S . -B /tmp/build && cmake --build /tmp/build -j2 \
-#     --target smolwf smolwf-provider smolwf-bench-spawn-loop smolwf-bench-exec-client
+#     --target smolwf smolwf-provider smolwf-bench-spawn-loop smolwf-bench-exec-client \
+#     smolwf-bench-exec-floor
 #   bench/provider_bench.sh /tmp/build
 # It runs the exec comparison pinned to one CPU, then everything as the
 # scheduler places the processes (see provider_bench.lua).

@@ -32,6 +32,7 @@
 
 #include "bench_io.h"
 #include "clock.h"
+#include "median.h"
 
 extern char **environ;
 
@@ -218,14 +219,8 @@ static void make_tree(const char *dir, long files, long size) {
   free(data);
 }
 
-static int by_value(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, by_value);
-  return v[n / 2];
+  return bench_median(v, (size_t)n);
 }
 
 typedef struct tree {
