@@ -35,6 +35,7 @@ typedef struct provider {
   struct strays *strays;           /* strays.c: the children a backend reaps itself */
   struct profile_table *profiles;  /* profile.c: built-in and users' profiles */
   struct bwrap_probe *bwrap;       /* bwrap_probe.c: whether bubblewrap works here */
+  struct json_arena *requests;     /* envelope.c: cJSON's memory for the request being decoded */
   int openat2;                     /* paths.c: 0 not known yet, 1 usable, -1 walk instead */
   int spare_fds[4];                /* fd_reserve.c: descriptors kept back for clean-up */
   unsigned nspare;                 /* fd_reserve.c: how many of them are open */

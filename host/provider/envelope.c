@@ -14,6 +14,9 @@
 **   - a duplicate key: cJSON finds the first, other decoders the last;
 **   - two values on one line, or text after the object;
 **   - an integer id at or beyond 2^53, which a double cannot hold exactly.
+** The request's tree lives only until its handler returns, so cJSON builds
+** it in the provider's json_arena (json_arena.h); what a handler keeps, it
+** copies (cJSON_Duplicate) with plain malloc.
 */
 #define _GNU_SOURCE
 #include "envelope.h"
@@ -23,6 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "context.h"
+#include "json_arena.h"
 #include "json_rules.h"
 #include "utf8.h"
 
@@ -161,11 +166,14 @@ static size_t skip_space(const char *line, size_t at, size_t len) {
 */
 static void decode_values(const char *line, const char *shadow_line, size_t len, const char *why,
                           envelope_handler handler) {
+  json_arena *arena = CTX_PART(requests);
   char more[160];
   for (size_t at = skip_space(line, 0, len), count = 0; at < len; count++) {
     const char *end = NULL;
+    json_arena_use(arena);
     cJSON *msg = cJSON_ParseWithLengthOpts(line + at, len - at, &end, 0);
     cJSON *shadow = shadow_line && msg ? cJSON_ParseWithLengthOpts(shadow_line + at, len - at, NULL, 0) : NULL;
+    json_arena_use(NULL);   /* what the handler builds outlives the request */
     size_t next = msg ? skip_space(line, (size_t)(end - line), len) : len;
     if (!msg && count == 0) reject_line("the line is not valid JSON", why ? NULL : line, len);
     else if (msg && !cJSON_IsObject(msg)) reject_line("the line is not a JSON object", why ? NULL : line, len);
@@ -179,8 +187,11 @@ static void decode_values(const char *line, const char *shadow_line, size_t len,
       decode_message(msg, shadow, problem, handler);
     }
     bool object = cJSON_IsObject(msg);
+    json_arena_use(arena);
     cJSON_Delete(msg);
     cJSON_Delete(shadow);
+    json_arena_use(NULL);
+    json_arena_reset(arena);
     if (!object) break;
     at = next;
   }
@@ -193,4 +204,9 @@ void envelope_decode(const char *line, size_t len, envelope_handler handler) {
   char *shadow = bad ? shadow_of(line, len) : NULL;
   decode_values(line, shadow, len, bad ? why : NULL, handler);
   free(shadow);
+}
+
+void envelope_free(void) {
+  free(provider_ctx()->requests);
+  provider_ctx()->requests = NULL;
 }

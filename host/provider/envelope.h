@@ -22,4 +22,7 @@ void envelope_decode(const char *line, size_t len, envelope_handler handler);
 /* An invalid_request with id null, for a problem of the stream rather than of one request. */
 void envelope_reject(const char *message);
 
+/* Frees what decoding keeps between lines (at exit). */
+void envelope_free(void);
+
 #endif

@@ -15,6 +15,7 @@
 #include "archive_methods.h"
 #include "bwrap_probe.h"
 #include "context.h"
+#include "envelope.h"
 #include "fd_reserve.h"
 #include "keeper.h"
 #include "process.h"
@@ -74,6 +75,7 @@ static int serve(int argc, char **argv) {
   int rc = server_start(ctx->loop) < 0 ? 1 : 0;
   if (rc == 0) uv_run(ctx->loop, UV_RUN_DEFAULT);
   server_free();
+  envelope_free();
   /* no process of ours outlives us: what no session claimed goes too */
   strays_kill_all(1000);
   strays_reap();

@@ -17,7 +17,7 @@
 ** its checks, copies and per-value encodes (type() calls, next() steps,
 ** lua-cjson calls) cost about 7.5k instructions for {"true"}; here about
 ** 4.3k (callgrind, both counted in a loop of calls). Values are encoded
-** by cJSON (its memory from json_arena.c); only the base64 of stdin, which
+** by cJSON (its memory from json_arena.h); only the base64 of stdin, which
 ** needs no escaping and can be big, is spliced in as it is.
 */
 #include "host.h"
@@ -237,7 +237,7 @@ static int core_process_params(lua_State *L) {
   const char *tail = luaL_checklstring(L, TAIL, &tail_len);
   lua_settop(L, TAIL);
   lua_Integer n = push_argv(L, op);
-  json_arena_reset();
+  json_arena_reset(&host_get()->json_arena);
   host_get()->params.len = 0;
   ADD_LITERAL(L, "{\"session\":");
   add(L, session, session_len);

@@ -272,7 +272,7 @@ static int only_space(const char *p, const char *end) {
 */
 static cJSON *parse(lua_State *L, const char *text, size_t len) {
   const char *end = NULL;
-  json_arena_reset();
+  json_arena_reset(&host_get()->json_arena);
   cJSON *msg = cJSON_ParseWithLengthOpts(text, len, &end, 0);
   if (msg != NULL && only_space(end, text + len)) {
     const char *dup = json_duplicate_key(msg);
@@ -1168,7 +1168,7 @@ static int output_event_index(lua_State *L) {
 }
 
 void conn_open(lua_State *L) {
-  json_arena_install();
+  json_arena_use(&host_get()->json_arena);
   static const luaL_Reg methods[] = {
     {"pid", conn_pid}, {"send", conn_send}, {"take", conn_take}, {"fail", conn_fail},
     {"fail_pending", conn_fail_pending}, {"abandon", conn_abandon},

@@ -23,6 +23,7 @@
 #include <lua.h>
 #include <uv.h>
 
+#include "json_arena.h"
 #include "linebuf.h"
 #include "signames.h"
 
@@ -44,9 +45,6 @@ void sigint_open(lua_State *L);       /* core.resume: resumes a task, watched fo
 
 /* signames.h (host/common): "TERM" <-> SIGTERM, 0 / NULL when unknown */
 
-/* json_arena.c: cJSON's memory (a bump arena each C call resets first) */
-void json_arena_install(void);
-void json_arena_reset(void);
 
 /* json_lua.c: pushes item as a Lua value; 0 (nothing pushed) past max_depth */
 struct cJSON;
@@ -118,7 +116,7 @@ struct smol_host {
   int deadline_passed;               /* exitpath.c: the drain's deadline */
   struct { char *buf; size_t len, cap; } params;     /* command.c: params being built */
   struct { unsigned char *buf; size_t cap; } b64;    /* b64.c: decoding scratch */
-  struct { _Alignas(16) unsigned char buf[64 * 1024]; size_t used; } json_arena; /* json_arena.c */
+  json_arena json_arena;              /* all of cJSON's memory (json_arena.h): each call that parses or builds resets it first */
   char read_buffer[1024 * 1024];     /* reader.c: every read (see there) */
   char write_joined[16 * 1024];      /* write.c: a small line joined for one write */
 };

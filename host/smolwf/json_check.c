@@ -80,7 +80,7 @@ static int line_problem(lua_State *L, const char *line, size_t len, cJSON **out)
   if (!utf8_valid(line, len, &bad))
     return problem(L, "utf8", "the line is not valid UTF-8 (byte 0x%02x at offset %zu)", (unsigned char)line[bad], bad);
   const char *end = NULL;
-  json_arena_reset();
+  json_arena_reset(&host_get()->json_arena);
   cJSON *msg = cJSON_ParseWithLengthOpts(line, len, &end, 0);
   if (msg == NULL) return problem(L, "json", "the line is not valid JSON");
   int n;

@@ -7,7 +7,7 @@
 ** Why cJSON and not lua-cjson: lua-cjson spends about 10.7k instructions
 ** on a 75-byte exec result, mostly growing tables key by key and building
 ** the {id, result} wrapper table nobody keeps. cJSON parses the line into
-** nodes from a bump arena (json_arena.c) and only the body becomes Lua
+** nodes from a bump arena (json_arena.h) and only the body becomes Lua
 ** values: about half the instructions.
 */
 #include "host.h"
