@@ -11,4 +11,11 @@ function M.median(list)
   return n % 2 == 1 and s[(n + 1) // 2] or (s[n // 2] + s[n // 2 + 1]) / 2
 end
 
+-- The bounds of the middle half of a list of numbers (sorted in place).
+function M.middle_half(list)
+  table.sort(list)
+  local n = #list
+  return list[n // 4 + 1], list[n - n // 4]
+end
+
 return M

@@ -36,7 +36,8 @@ local core = require "smol.core"
 local wire = require "smol.provider.conformance.wire"
 local sandbox = require "smol.sandbox"
 local lfs = require "lfs"
-local median = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "lib.lua").median
+local lib = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "lib.lua")
+local median, middle_half = lib.median, lib.middle_half
 
 local provider = assert(arg[1], "usage: provider_bench.lua PROVIDER SPAWN_LOOP [EXECS] [STREAM_BYTES]")
 local spawn_loop = assert(arg[2], "usage: provider_bench.lua PROVIDER SPAWN_LOOP [EXECS] [STREAM_BYTES]")
@@ -317,10 +318,9 @@ local function plain_median_ms(n, argv)
 end
 
 local function report_ratio(name, ratios, note)
-  table.sort(ratios)
-  local n = #ratios
-  report(name, median(ratios), "%.3fx", ("(median of %d rounds' ratios, middle half %.2f-%.2fx%s)"):format(n,
-    ratios[n // 4 + 1], ratios[n - n // 4], note))
+  local low, high = middle_half(ratios)
+  report(name, median(ratios), "%.3fx", ("(median of %d rounds' ratios, middle half %.2f-%.2fx%s)"):format(#ratios,
+    low, high, note))
 end
 
 -- The medians smolwf-bench-exec-floor prints (bench/exec_floor.c): {pipes_us = , hop_us = }.

@@ -25,7 +25,8 @@ local sandbox = require "smol.sandbox"
 local PROFILE = arg[1] or "local/default"
 local ROUNDS = 3        -- pure-Lua figures: the best of ROUNDS
 local EXEC_ROUNDS = 9   -- figures against a raw exec: the median of EXEC_ROUNDS paired rounds
-local median = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "lib.lua").median
+local lib = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "lib.lua")
+local median, middle_half = lib.median, lib.middle_half
 
 local function temp_report_dir()
   return assert(core.mkdtemp("/tmp/smolwf-bench-XXXXXX"))
@@ -136,9 +137,7 @@ end
 local function ratio_figures(raw, engine)
   local ratios = {}
   for i = 1, #raw do ratios[i] = engine[i] / raw[i] end
-  table.sort(ratios)
-  local n = #ratios
-  return median(raw), median(engine), median(ratios), ratios[n // 4 + 1], ratios[n - n // 4]
+  return median(raw), median(engine), median(ratios), middle_half(ratios)
 end
 
 local function report(what, n, raw, engine)

@@ -45,7 +45,6 @@ void sigint_open(lua_State *L);       /* core.resume: resumes a task, watched fo
 
 /* signames.h (host/common): "TERM" <-> SIGTERM, 0 / NULL when unknown */
 
-
 /* json_lua.c: pushes item as a Lua value; 0 (nothing pushed) past max_depth */
 struct cJSON;
 int json_push(lua_State *L, const struct cJSON *item, int max_depth, int depth);
