@@ -20,21 +20,33 @@ static char *append(char *p, const char *s, size_t n) {
 }
 
 /*
-** OBJ as JSON text, valid UTF-8 whatever its strings hold. cJSON copies
-** bytes of 0x80 and above as they are, so a name or message that came from
-** outside (a file name in a message) could carry bytes that are no UTF-8;
-** those only occur inside strings, where U+FFFD in their place keeps the
-** text valid JSON. Checking is one pass over a short text: the large
-** payloads of a line are base64, added after.
+** Room for the JSON of the objects most lines carry (an event, an exec's
+** result without its output, an error): printed on the stack, they cost
+** no malloc, realloc and free of cJSON's own buffer. Larger ones are
+** printed by cJSON_PrintUnformatted.
 */
-static char *printed(const cJSON *obj) {
-  char *text = cJSON_PrintUnformatted(obj);
+#define SMALL_OBJECT 1024
+
+/*
+** OBJ as JSON text, valid UTF-8 whatever its strings hold, in small (when
+** it fits) or in a buffer to free (*to_free). cJSON copies bytes of 0x80
+** and above as they are, so a name or message that came from outside (a
+** file name in a message) could carry bytes that are no UTF-8; those only
+** occur inside strings, where U+FFFD in their place keeps the text valid
+** JSON. Checking is one pass over a short text: the large payloads of a
+** line are base64, added after.
+*/
+static const char *printed(const cJSON *obj, char small[SMALL_OBJECT], char **to_free) {
+  /* 5 bytes short of the buffer: cJSON.h warns that its estimate of the room it needs may be off by that */
+  char *text = cJSON_PrintPreallocated((cJSON *)obj, small, SMALL_OBJECT - 5, 0) ? small : cJSON_PrintUnformatted(obj);
   if (!text) abort();
+  *to_free = text == small ? NULL : text;
   size_t len = strlen(text);
   if (utf8_valid(text, len, NULL)) return text;
   char *repaired = utf8_repair(text, len, NULL);
   if (!repaired) abort();
-  free(text);
+  free(*to_free);
+  *to_free = repaired;
   return repaired;
 }
 
@@ -44,16 +56,19 @@ static char *printed(const cJSON *obj) {
 ** hold 64 MiB per stream, and this is its only copy.
 */
 static void compose(const char *id_json, const char *kind, cJSON *obj, const blob *blobs, size_t nblobs) {
-  char *text = printed(obj);
+  char small[SMALL_OBJECT], *to_free;
+  const char *text = printed(obj, small, &to_free);
   cJSON_Delete(obj);
   size_t tlen = strlen(text) - 1;   /* without the closing '}' */
-  size_t total = strlen(id_json) + strlen(kind) + tlen + 32;
+  size_t id_len = strlen(id_json), kind_len = strlen(kind);
+  size_t total = id_len + kind_len + tlen + 32;
   for (size_t i = 0; i < nblobs; i++) total += strlen(blobs[i].field) + b64_encoded_len(blobs[i].len) + 8;
   char *line = malloc(total), *p = line;
+  if (!line) abort();
   p = append(p, "{\"id\":", 6);
-  p = append(p, id_json, strlen(id_json));
+  p = append(p, id_json, id_len);
   p = append(p, ",\"", 2);
-  p = append(p, kind, strlen(kind));
+  p = append(p, kind, kind_len);
   p = append(p, "\":", 2);
   p = append(p, text, tlen);
   bool empty = tlen == 1;
@@ -66,7 +81,7 @@ static void compose(const char *id_json, const char *kind, cJSON *obj, const blo
     *p++ = '"';
   }
   p = append(p, "}}\n", 3);
-  free(text);
+  free(to_free);
   wire_send(line, (size_t)(p - line));
 }
 
@@ -74,7 +89,8 @@ request *request_new(char *id_json, const char *method) {
   request *r = calloc(1, sizeof *r);
   if (!r) abort();
   r->id_json = id_json ? id_json : strdup("null");
-  snprintf(r->method, sizeof r->method, "%s", method);
+  size_t n = strnlen(method, sizeof r->method - 1);   /* cut as snprintf would, without its ~500 instructions */
+  memcpy(r->method, method, n);
   return r;
 }
 

@@ -150,7 +150,11 @@ static void reaped(helper *h, pid_t pid, int status) {
 
 static void reap_all(helper *h, int sigfd) {
   struct signalfd_siginfo si;
-  while (read(sigfd, &si, sizeof si) == (ssize_t)sizeof si) {}   /* drain: one reap covers all */
+  /*
+  ** SIGCHLD is a standard signal: however many children exited, at most
+  ** one is pending, so one read takes it and the reap below covers them all.
+  */
+  if (read(sigfd, &si, sizeof si) < 0 && errno != EAGAIN && errno != EINTR) die("signalfd");
   int status;
   pid_t pid;
   while ((pid = waitpid(-1, &status, WNOHANG)) > 0) reaped(h, pid, status);
