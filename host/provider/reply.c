@@ -23,27 +23,28 @@ static char *append(char *p, const char *s, size_t n) {
 ** Room for the JSON of the objects most lines carry (an event, an exec's
 ** result without its output, an error): printed on the stack, they cost
 ** no malloc, realloc and free of cJSON's own buffer. Larger ones are
-** printed by cJSON_PrintUnformatted.
+** printed by cJSON_PrintUnformatted, after an attempt here that stops at
+** this size.
 */
 #define SMALL_OBJECT 1024
 
 /*
-** OBJ as JSON text, valid UTF-8 whatever its strings hold, in small (when
-** it fits) or in a buffer to free (*to_free). cJSON copies bytes of 0x80
+** OBJ as JSON text (*len bytes), valid UTF-8 whatever its strings hold,
+** in small (when it fits) or in a buffer to free (*to_free). cJSON copies bytes of 0x80
 ** and above as they are, so a name or message that came from outside (a
 ** file name in a message) could carry bytes that are no UTF-8; those only
 ** occur inside strings, where U+FFFD in their place keeps the text valid
 ** JSON. Checking is one pass over a short text: the large payloads of a
 ** line are base64, added after.
 */
-static const char *printed(const cJSON *obj, char small[SMALL_OBJECT], char **to_free) {
+static const char *printed(const cJSON *obj, char small[SMALL_OBJECT], char **to_free, size_t *len) {
   /* 5 bytes short of the buffer: cJSON.h warns that its estimate of the room it needs may be off by that */
   char *text = cJSON_PrintPreallocated((cJSON *)obj, small, SMALL_OBJECT - 5, 0) ? small : cJSON_PrintUnformatted(obj);
   if (!text) abort();
   *to_free = text == small ? NULL : text;
-  size_t len = strlen(text);
-  if (utf8_valid(text, len, NULL)) return text;
-  char *repaired = utf8_repair(text, len, NULL);
+  *len = strlen(text);
+  if (utf8_valid(text, *len, NULL)) return text;
+  char *repaired = utf8_repair(text, *len, len);
   if (!repaired) abort();
   free(*to_free);
   *to_free = repaired;
@@ -57,9 +58,10 @@ static const char *printed(const cJSON *obj, char small[SMALL_OBJECT], char **to
 */
 static void compose(const char *id_json, const char *kind, cJSON *obj, const blob *blobs, size_t nblobs) {
   char small[SMALL_OBJECT], *to_free;
-  const char *text = printed(obj, small, &to_free);
+  size_t tlen;
+  const char *text = printed(obj, small, &to_free, &tlen);
   cJSON_Delete(obj);
-  size_t tlen = strlen(text) - 1;   /* without the closing '}' */
+  tlen--;   /* without the closing '}' */
   size_t id_len = strlen(id_json), kind_len = strlen(kind);
   size_t total = id_len + kind_len + tlen + 32;
   for (size_t i = 0; i < nblobs; i++) total += strlen(blobs[i].field) + b64_encoded_len(blobs[i].len) + 8;
