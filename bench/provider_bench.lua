@@ -213,39 +213,7 @@ measured 1.29-1.38 ms, which flattered the provider's ratio.)
 ]]
 local BATCH = 50
 
--- A batch server (bench/batches.h) started as args: run(k, into) times k
--- starts and appends their ms to into; stop() ends it.
-local function batch_server(args)
-  local buffered, lines = "", {}
-  local proc = assert(core.spawn{file = args[1], args = args, stdin = true,
-    stdout = "chunks", on_stdout = function(chunk)
-      if not chunk then return end
-      buffered = buffered .. chunk
-      for line in buffered:gmatch("([^\n]*)\n") do lines[#lines + 1] = line end
-      buffered = buffered:match("[^\n]*$")
-    end})
-  local function run(k, into)
-    proc:write(k .. "\n")
-    wire.wait_until(function() return #lines > 0 end, 60)
-    local line = assert(table.remove(lines, 1), args[1] .. " did not answer")
-    for us in line:gmatch("%S+") do into[#into + 1] = tonumber(us) / 1000 end
-  end
-  local function stop()
-    proc:close_stdin()
-    wire.wait_until(function() return false end, 0.05)
-    proc:close()
-  end
-  return run, stop
-end
-
--- Milliseconds of `n` sequential sb:exec{"/bin/true"}, appended to into.
-local function sandbox_ms(sb, n, into)
-  for _ = 1, n do
-    local t0 = core.now()
-    assert(sb:exec{"/bin/true"}.exit_code == 0, "exec /bin/true failed")
-    into[#into + 1] = (core.now() - t0) * 1000
-  end
-end
+local batch_server, sandbox_ms = lib.batch_server, lib.exec_ms
 
 --[[
 The argv that runs spawn_loop with loop_args inside the namespaces a
