@@ -7,8 +7,8 @@ Each PROGRAM (a smolwf-provider, or a command line: `env X=1 /path/smolwf-provid
 gets one PROFILE session, and the rounds interleave them with the plain loop
 (SPAWN_LOOP is smolwf-bench-spawn-loop): in each round, BATCH plain
 starts, then BATCH sb:exec{"/bin/true"} through every program in turn,
-each round starting with the next program (the order is not neutral: in
-one run the same build measured 1.029x itself when it always came second).
+each round starting with the next program, so that none always runs right
+after the plain loop or right after another one.
 It prints each program's median exec, its ratio to the plain loop (the
 median of the rounds' ratios, as provider_bench.lua's), and its ratio to
 the first program (the median of the rounds' ratios too): before and
@@ -57,7 +57,7 @@ local function run()
   for r = 1, rounds do
     local p = {}
     plain(BATCH, p)
-    -- each round starts with another program: going first (or right after the plain loop) is not the same
+    -- each round starts with the next program (see the top)
     for k = 0, #arms - 1 do
       local a = arms[(r + k) % #arms + 1]
       local v = {}
