@@ -1,7 +1,6 @@
 -- What the Lua benchmarks share. Each loads it next to itself:
 --   local lib = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "lib.lua")
 local core = require "smol.core"
-local wire = require "smol.provider.conformance.wire"
 local M = {}
 
 -- The median of a list of numbers (the mean of the middle two for an even
@@ -23,6 +22,7 @@ end
 -- A batch server (bench/batches.h) started as args: run(k, into) times k
 -- starts and appends their ms to into; stop() ends it.
 function M.batch_server(args)
+  local wire = require "smol.provider.conformance.wire"   -- here: most benchmarks run no batch server
   local buffered, lines = "", {}
   local proc = assert(core.spawn{file = args[1], args = args, stdin = true,
     stdout = "chunks", on_stdout = function(chunk)

@@ -213,7 +213,7 @@ measured 1.29-1.38 ms, which flattered the provider's ratio.)
 ]]
 local BATCH = 50
 
-local batch_server, sandbox_ms = lib.batch_server, lib.exec_ms
+local batch_server, exec_ms = lib.batch_server, lib.exec_ms
 
 --[[
 The argv that runs spawn_loop with loop_args inside the namespaces a
@@ -251,7 +251,7 @@ local function interleaved_ms(profile)
     ns, stop_ns = batch_server(in_session_namespaces({"--serve", "/bin/true"}))
     ns(50, {})
   end
-  sandbox_ms(sb, 50, {})   -- warm up
+  exec_ms(sb, 50, {})   -- warm up
   plain(50, {})
   client(50, {})
   local t = {plain = {}, client = {}, lua = {}}
@@ -260,7 +260,7 @@ local function interleaved_ms(profile)
     local p, c, v, n = {}, {}, {}, {}
     plain(BATCH, p)
     client(BATCH, c)
-    sandbox_ms(sb, BATCH, v)
+    exec_ms(sb, BATCH, v)
     if ns then ns(BATCH, n); ratios.ns[r] = median(n) / median(p) end
     table.move(p, 1, #p, #t.plain + 1, t.plain)
     table.move(c, 1, #c, #t.client + 1, t.client)
