@@ -21,7 +21,9 @@ taken from SPAWN_LOOP's directory. Side by side in one run it prints:
     bench/exec_floor.c, also taken from SPAWN_LOOP's directory);
   - execs/s with 16 in flight, and the machine's CPU utilisation meanwhile;
   - MB/s of stdout payload streamed through events, and the provider's
-    peak RSS (VmHWM) after streaming STREAM_BYTES (default 1 GiB).
+    peak RSS (VmHWM) after streaming STREAM_BYTES (default 1 GiB);
+  - MB/s of stdout payload through sb:exec with on_stdout, beside the
+    command's pipe read with no provider between.
 The other figures use the conformance kit's raw connection
 (smol.provider.conformance.wire), which is simpler but costs more per call (two
 timers per request): it does not bound them. PART is
@@ -151,6 +153,35 @@ local function stream(conn, session, bytes)
   local secs = core.now() - t0
   assert(got == bytes, ("streamed %d of %d bytes"):format(got, bytes))
   return bytes / secs / 1e6
+end
+
+--[[
+The same stream as a workflow has it, through sb:exec{capture = false,
+on_stdout = ...} (smol.sandbox over the bundled provider, every chunk a
+Lua string), in rounds interleaved with the pipe alone: the command's
+stdout read by smolwf straight from its pipe, no provider between (what
+the stream could reach at best). Returns the medians in MB/s of payload.
+]]
+local STREAM_ROUNDS = 5
+local function sandbox_stream(profile, bytes)
+  local argv = {"head", "-c", tostring(bytes), "/dev/zero"}
+  local sb = sandbox.open{program = provider, profile = profile, workspace = ""}
+  local through, alone = {}, {}
+  for _ = 1, STREAM_ROUNDS do
+    local got, t0 = 0, core.now()
+    sb:exec{argv[1], argv[2], argv[3], argv[4], capture = false, on_stdout = function(c) got = got + #c end}
+    through[#through + 1] = got / (core.now() - t0) / 1e6
+    assert(got == bytes, ("streamed %d of %d bytes"):format(got, bytes))
+    local done, seen = false, 0
+    t0 = core.now()
+    local proc = assert(core.spawn{file = argv[1], args = argv, stdout = "chunks",
+      on_stdout = function(c) if c then seen = seen + #c else done = true end end})
+    wire.wait_until(function() return done end, 600)
+    alone[#alone + 1] = seen / (core.now() - t0) / 1e6
+    proc:close()
+  end
+  sb:close()
+  return median(through), median(alone)
 end
 
 local function vm_hwm_mib(pid)
@@ -350,6 +381,9 @@ local function bench_profile(profile)
   report("  stdout payload, byte-counting reader, " .. profile, raw, "%.0f MB/s", "(target >= 500)")
   report(("  provider peak RSS streaming %d MiB, %s"):format(STREAM_BYTES >> 20, profile),
     hwm, "%.1f MiB", "(VmHWM of the provider; target < 64 MiB)")
+  local through, alone = sandbox_stream(profile, 256 * 1024 * 1024)
+  report("  stdout payload, sb:exec{capture = false, on_stdout}, " .. profile, through, "%.0f MB/s",
+    ("(median of %d rounds of 256 MiB; target >= 1000; the pipe alone %.0f MB/s)"):format(STREAM_ROUNDS, alone))
 end
 
 local load = assert(io.open("/proc/loadavg")):read("l")

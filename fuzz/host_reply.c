@@ -1,7 +1,8 @@
 /*
 ** Fuzzing the host's reply path (host/smolwf/conn.c, b64.c): each input is
 ** reply lines (split at '\n') fed to a provider connection through
-** conn_feed_line, exactly as its reader would, after the connection sent
+** conn_feed_line, exactly as its reader would (an output frame's bytes,
+** after its line, through conn_feed_frame), after the connection sent
 ** requests of every kind it treats apart (ids 1-7): a plain one, process
 ** requests in each capture mode, quiet or not, an archive read, and one
 ** given up on (its late reply goes to on_late). The "provider" is a
@@ -111,8 +112,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t len = nl ? (size_t)(nl - (data + at)) : size - at;
     memcpy(line, data + at, len);   /* writable: a long payload is decoded over itself */
     line[len] = '\0';
-    conn_feed_line(L, c, line, len);
+    size_t frame = conn_feed_line(L, c, line, len);
     at += len + 1;
+    if (frame > 0) {   /* an output frame: its bytes follow the line, as many as the input has */
+      size_t n = at < size ? (size - at < frame ? size - at : frame) : 0;
+      if (n == frame) conn_feed_frame(L, c, memcpy(line, data + at, n), n);
+      at += n;
+    }
   }
   free(line);
   uv_run(&host_get()->loop, UV_RUN_NOWAIT);   /* the requests' bytes go to the process */

@@ -59,7 +59,7 @@ describe("provider protocol", function()
     local s = ph.open(conn)
     assert.same({exec = true, process = true, timeout = true, signal = true, output_limit = true,
                  fs_extra = true, describe = true, raw_names = true, fork = true, archive = true,
-                 session_by_id = true,
+                 session_by_id = true, raw_output = true,
                  isolation = "none", network = true, workspace = "empty"}, s.capabilities)
     assert.equals(s.cwd, s.cwd:match("^/.*/workspace$"))
   end)

@@ -96,12 +96,21 @@ describe("record and replay of a workflow run", function()
 
     local lines = read_lines(recording)
     assert.same({format = "smolwf-recording", version = 1}, {format = lines[1].format, version = lines[1].version})
-    local last_seq, last_t, sessions, methods = 0, 0, {}, {}
+    local last_seq, last_t, sessions, methods, outputs = 0, 0, {}, {}, 0
     for i = 2, #lines do
       local e = lines[i]
       assert.is_true(e.seq > last_seq and e.t >= last_t)
       last_seq, last_t = e.seq, e.t
       assert.is_string(e.program)
+      if e.dir == "recv" then
+        -- The provider sent output as frames (raw_output): recorded as the base64 lines they stand for.
+        assert.is_nil(e.line:find('"data_bytes"', 1, true), e.line)
+        local ev = cjson.decode(e.line).event
+        if ev and ev.type == "stdout" then
+          assert.is_string(ev.data_base64)
+          outputs = outputs + 1
+        end
+      end
       if e.dir == "send" then
         local msg = cjson.decode(e.line)
         methods[msg.method] = true
@@ -113,6 +122,7 @@ describe("record and replay of a workflow run", function()
       end
     end
     assert.truthy(methods.open and methods.exec and methods.write_file and methods.read_file and methods.close)
+    assert.is_true(outputs > 0)
     assert.same(1, #(function() local t = {} for s in pairs(sessions) do t[#t + 1] = s end return t end)())
   end)
 

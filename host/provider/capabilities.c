@@ -8,7 +8,7 @@
 /* The extensions every session of this provider serves. */
 static const char *const extensions[] = {
   "exec", "process", "timeout", "signal", "output_limit", "fs_extra", "describe", "raw_names", "fork",
-  "archive", "session_by_id",
+  "archive", "session_by_id", "raw_output",
 };
 
 cJSON *capabilities_of(const session *s) {

@@ -65,8 +65,12 @@ static void flush_started(proc *p);
 static void send_chunk(proc *p, outstream *o, const char *data, size_t n) {
   cJSON *ev = cJSON_CreateObject();
   cJSON_AddStringToObject(ev, "type", o->name);
-  blob b = {"data_base64", data, n};
-  send_event_blobs(p->req, ev, &b, 1);
+  if (p->raw_output) {
+    send_event_frame(p->req, ev, data, n);
+  } else {
+    blob b = {"data_base64", data, n};
+    send_event_blobs(p->req, ev, &b, 1);
+  }
   size_t room = o->captured.len < p->max_output ? p->max_output - o->captured.len : 0;
   if (n > room) o->truncated = true;
   bytes_append(&o->captured, data, n < room ? n : room);
@@ -193,6 +197,7 @@ static proc *proc_new(session *s, bool is_exec, const proc_options *o) {
   snprintf(p->id, sizeof p->id, "p%lu", ++table()->next_id);
   p->is_exec = is_exec;
   p->max_output = o->max_output;
+  p->raw_output = o->raw_output;
   p->idle_ms = o->idle_timeout_ms;
   p->grace_ms = o->grace_ms;
   p->write_ends[0] = p->write_ends[1] = -1;

@@ -59,6 +59,7 @@ typedef struct proc {
   bool in_eof;             /* close stdin once in_pending reaches 0 */
   struct stdin_write *writes;   /* queued writes to stdin, oldest first (process.c) */
   uint64_t max_output;     /* per-stream cap of the captured copy */
+  bool raw_output;         /* output events go as frames (send_event_frame), not base64 */
   uv_timer_t wall_timer, idle_timer, grace_timer, wait_timer;
   uint64_t idle_ms, grace_ms;
   const char *timed_out;   /* NULL, "wall" or "idle" */
@@ -74,6 +75,7 @@ typedef struct proc_options {
   size_t stdin_len;
   bool has_stdin;          /* stdin_base64 was given (maybe empty): stdin ends after it */
   uint64_t timeout_ms, idle_timeout_ms, grace_ms, max_output;
+  bool raw_output;
 } proc_options;
 
 /*

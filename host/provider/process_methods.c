@@ -95,6 +95,7 @@ static bool parse_opts(const session *s, const cJSON *params, proc_options *o, f
          param_uint(params, "idle_timeout_ms", &o->idle_timeout_ms, f) &&
          param_uint(params, "kill_grace_ms", &o->grace_ms, f) &&
          param_uint(params, "max_output_bytes", &o->max_output, f) &&
+         param_bool(params, "raw_output", &o->raw_output, f) &&
          (o->max_output <= PROC_MAX_OUTPUT ||
           fail(f, "invalid_request", "field `max_output_bytes`: at most %llu (the result must fit in one line)",
                PROC_MAX_OUTPUT));

@@ -132,6 +132,25 @@ void send_event_blobs(const request *r, cJSON *event, const blob *blobs, size_t 
   compose(r->id_json, "event", event, blobs, nblobs);
 }
 
+void send_event_frame(const request *r, cJSON *event, const char *data, size_t n) {
+  cJSON_AddNumberToObject(event, "data_bytes", (double)n);
+  char small[SMALL_OBJECT], *to_free;
+  size_t tlen;
+  const char *text = printed(event, small, &to_free, &tlen);
+  cJSON_Delete(event);
+  size_t id_len = strlen(r->id_json);
+  char *line = malloc(id_len + tlen + 32 + n), *p = line;
+  if (!line) abort();
+  p = append(p, "{\"id\":", 6);
+  p = append(p, r->id_json, id_len);
+  p = append(p, ",\"event\":", 9);
+  p = append(p, text, tlen);
+  p = append(p, "}\n", 2);
+  p = append(p, data, n);   /* the payload's one copy: the read buffer it came from is reused */
+  free(to_free);
+  wire_send(line, (size_t)(p - line));
+}
+
 void send_event(const request *r, cJSON *event) {
   compose(r->id_json, "event", event, NULL, 0);
 }

@@ -46,6 +46,12 @@ void send_event(const request *r, cJSON *event);
 void send_event_blobs(const request *r, cJSON *event, const blob *blobs, size_t nblobs);
 
 /*
+** An output frame of r (docs/protocol.md, "raw_output"): the event line
+** with `"data_bytes":n`, then the n bytes themselves, as they are.
+*/
+void send_event_frame(const request *r, cJSON *event, const char *data, size_t n);
+
+/*
 ** Sends the lines composed so far at once instead of before the loop next
 ** waits: for a caller with cleanup left after a terminal reply, so that
 ** the host does not wait on that cleanup.

@@ -30,6 +30,7 @@
 #include <cjson/cJSON.h>
 #include <lauxlib.h>
 
+#include "base64.h"
 #include "json_rules.h"
 
 #define CONN_MT "smol.conn"
@@ -62,6 +63,8 @@ struct conn {
   int exact_ref;                   /* lua-cjson decode, for lines cJSON cannot keep exactly */
   char *scratch;                   /* a long line without its payload */
   size_t scratch_cap;
+  char *frame_head;                /* the line of the frame being read (FRAME_HEAD_MAX bytes) */
+  size_t frame_head_len;
 };
 
 static void unref(int *ref) { host_unref(ref); }
@@ -712,26 +715,130 @@ static void on_end(lua_State *L, conn *c, const char *err) {
   }
 }
 
+/* {=================== output frames ===================} */
+
+/*
+** A frame (docs/protocol.md, "raw_output") is an output event whose line
+** says `"data_bytes":N` in place of data_base64; its N bytes follow the
+** line as they are. A frame's line is short: a longer one is none.
+*/
+#define FRAME_HEAD_MAX 512
+
+/*
+** The byte count of the frame whose line this is (the line kept for
+** frame_ends), or -1 when the line is none (decoded as usual). A frame's
+** line that breaks the rules faults the connection: 0.
+*/
+static long long frame_begins(lua_State *L, conn *c, const char *line, size_t len) {
+  if (len >= FRAME_HEAD_MAX || memmem(line, len, "\"data_bytes\"", 12) == NULL) return -1;
+  cJSON *msg = parse(L, line, len);
+  if (msg == NULL) return -1;   /* not JSON: decode reports it (the message it pushed goes) */
+  const cJSON *ev = cJSON_GetObjectItemCaseSensitive(msg, "event");
+  const cJSON *n = cJSON_GetObjectItemCaseSensitive(ev, "data_bytes");
+  if (n == NULL) {
+    cJSON_Delete(msg);
+    return -1;
+  }
+  const char *type = event_type(ev), *why = NULL;
+  if (!is_output(type)) why = "an event that is not stdout or stderr";
+  else if (cJSON_GetObjectItemCaseSensitive(ev, "data_base64") != NULL) why = "an event with both data_bytes and data_base64";
+  else if (!cJSON_IsNumber(n) || n->valuedouble < 0 || n->valuedouble != floor(n->valuedouble) ||
+           n->valuedouble > (double)c->max_line) why = "a data_bytes that is no byte count within the line limit";
+  else if (memmem(line, len, "\\u0000", 6) != NULL) why = "a frame's line holding \\u0000";
+  long long bytes = why ? 0 : (long long)n->valuedouble;
+  cJSON_Delete(msg);
+  if (why != NULL) {
+    lua_pushlstring(L, line, len);
+    lua_pushfstring(L, "sent an output frame with %s: %s", why, lua_tostring(L, -1));
+    lua_remove(L, -2);
+    fault(L, c);
+    return 0;
+  }
+  if (c->frame_head == NULL && (c->frame_head = malloc(FRAME_HEAD_MAX)) == NULL) abort();
+  memcpy(c->frame_head, line, len);
+  c->frame_head[len] = '\0';
+  c->frame_head_len = len;
+  return bytes;
+}
+
+/*
+** An observer sees the frame as the line it stands for: the event with
+** its data_base64, as a provider without raw_output sends it (so a
+** recording replays through the usual path).
+*/
+static void observe_frame(lua_State *L, conn *c, const char *data, size_t n) {
+  char *text = malloc(b64_encoded_len(n) + 1);
+  if (text == NULL) abort();
+  text[b64_encode((const unsigned char *)data, n, text)] = '\0';
+  cJSON *msg = parse(L, c->frame_head, c->frame_head_len);
+  if (msg == NULL) abort();   /* frame_begins parsed it */
+  cJSON *ev = cJSON_GetObjectItemCaseSensitive(msg, "event");
+  cJSON_DeleteItemFromObjectCaseSensitive(ev, "data_bytes");
+  cJSON_AddStringToObject(ev, "data_base64", text);
+  free(text);
+  char *line = cJSON_PrintUnformatted(msg);
+  cJSON_Delete(msg);
+  if (line == NULL) abort();
+  lua_pushstring(L, line);
+  cJSON_free(line);
+  observe(L, c, "recv", lua_gettop(L));
+}
+
+/*
+** The frame's bytes came (data, n): its event is routed as its line's
+** would be, with the bytes as the payload cut from a long line.
+*/
+static void frame_ends(lua_State *L, conn *c, char *data, size_t n) {
+  if (c->observe_ref != LUA_NOREF) observe_frame(L, c, data, n);
+  if (c->state != CONN_RUNNING) return;   /* the observer stopped it */
+  size_t len = c->frame_head_len;
+  cJSON *msg = parse(L, c->frame_head, len);
+  if (msg == NULL) abort();
+  cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(msg, "event"), "data_bytes");
+  payload pl = {data, n, 0};
+  route(L, c, msg, c->frame_head, len, &pl, 0);
+}
+
 /* The stdout sink: every line the provider writes, then its end. */
-static void on_stdout(void *ctx, char *line, size_t len, const char *err) {
+static size_t on_stdout(void *ctx, char *line, size_t len, const char *err) {
   conn *c = ctx;
   lua_State *L = host_get()->L;
   int top = lua_gettop(L);
+  size_t frame = 0;
   if (line == NULL) {
     on_end(L, c, err);
   } else {
-    conn_feed_line(L, c, line, len);
+    frame = conn_feed_line(L, c, line, len);
   }
   lua_settop(L, top);
+  return frame;
 }
 
-void conn_feed_line(lua_State *L, conn *c, char *line, size_t len) {
+static void on_frame(void *ctx, char *data, size_t n) {
+  conn_feed_frame(host_get()->L, ctx, data, n);
+}
+
+size_t conn_feed_line(lua_State *L, conn *c, char *line, size_t len) {
   int top = lua_gettop(L);
+  long long frame = c->state == CONN_RUNNING ? frame_begins(L, c, line, len) : -1;
+  if (frame >= 0) {
+    lua_settop(L, top);
+    if (frame == 0 && c->state == CONN_RUNNING) conn_feed_frame(L, c, NULL, 0);
+    return (size_t)frame;
+  }
+  lua_settop(L, top);
   if (c->observe_ref != LUA_NOREF) {
     lua_pushlstring(L, line, len);
     observe(L, c, "recv", lua_gettop(L));
   }
   if (len > 0 && c->state == CONN_RUNNING) decode(L, c, line, len);
+  lua_settop(L, top);
+  return 0;
+}
+
+void conn_feed_frame(lua_State *L, conn *c, char *data, size_t n) {
+  int top = lua_gettop(L);
+  if (c->state == CONN_RUNNING && c->frame_head != NULL) frame_ends(L, c, data != NULL ? data : "", n);
   lua_settop(L, top);
 }
 
@@ -1041,7 +1148,7 @@ static void release(lua_State *L, conn *c) {
   if (c->box_ref != LUA_NOREF) {
     lua_rawgeti(L, LUA_REGISTRYINDEX, c->box_ref);
     proc *p = process_of(L, -1);
-    if (p != NULL) process_sink_stdout(p, (line_sink){NULL, NULL});
+    if (p != NULL) process_sink_stdout(p, (line_sink){NULL, NULL, NULL});
     if (luaL_getmetafield(L, -1, "__close") != LUA_TNIL) {
       lua_pushvalue(L, -2);
       lua_pcall(L, 1, 0, 0);
@@ -1053,6 +1160,8 @@ static void release(lua_State *L, conn *c) {
   for (size_t i = 0; i < sizeof refs / sizeof refs[0]; i++) unref(refs[i]);
   free(c->scratch);
   c->scratch = NULL;
+  free(c->frame_head);
+  c->frame_head = NULL;
 }
 
 /* conn:close(): the provider's exit was seen; what is left goes */
@@ -1139,7 +1248,7 @@ static int core_connect(lua_State *L) {
   c->free_ref = new_table_ref(L);
   c->infix_ref = new_table_ref(L);
   c->state = CONN_RUNNING;
-  process_sink_stdout(c->proc, (line_sink){on_stdout, c});
+  process_sink_stdout(c->proc, (line_sink){on_stdout, c, on_frame});
   lua_settop(L, 2);
   return 1;
 }

@@ -58,7 +58,9 @@
 ** For a harness without a pipe (a fuzzer of the reply path):
 ** conn_feed_line(L, c, line, len) routes one reply line exactly as the
 ** reader's sink does (decode, envelope, route, quiet requests); the line
-** must be writable (a long payload is decoded over itself).
+** must be writable (a long payload is decoded over itself). When it
+** returns N > 0 the line began an output frame: the N bytes after it go
+** to conn_feed_frame(L, c, data, N), not to conn_feed_line.
 */
 #ifndef SMOLWF_CONN_H
 #define SMOLWF_CONN_H
@@ -71,7 +73,9 @@ void conn_open(lua_State *L);   /* core.connect, core.has_reply */
 
 typedef struct conn conn;
 conn *conn_check(lua_State *L, int idx);                        /* the smol.conn at idx (misuse raises) */
-void conn_feed_line(lua_State *L, conn *c, char *line, size_t len); /* one reply line, as read */
+/* One reply line, as read; returns how many bytes after it are a frame's payload, for conn_feed_frame. */
+size_t conn_feed_line(lua_State *L, conn *c, char *line, size_t len);
+void conn_feed_frame(lua_State *L, conn *c, char *data, size_t n);   /* that payload, whole */
 
 #ifdef SMOLWF_FUZZ
 /* The fuzz build only (fuzz/host_reply.c): once nothing is pending (else -1), the connection runs again and counts ids from 1. */

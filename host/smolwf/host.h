@@ -55,8 +55,10 @@ int json_push(lua_State *L, const struct cJSON *item, int max_depth, int depth);
 ** 0, err) once at the end (err NULL at EOF).
 */
 typedef struct line_sink {
-  void (*fn)(void *ctx, char *data, size_t n, const char *err);   /* data: the sink may change it */
+  /* Returns how many bytes after this line are a frame's payload (0: lines go on). */
+  size_t (*fn)(void *ctx, char *data, size_t n, const char *err);   /* data: the sink may change it */
   void *ctx;
+  void (*frame)(void *ctx, char *data, size_t n);   /* a frame's payload, whole */
 } line_sink;
 typedef struct reader reader;
 typedef void (*reader_done_fn)(reader *r, void *owner);
@@ -71,6 +73,7 @@ struct reader {
   reader_done_fn on_closed; /* from the pipe's close callback */
   linebuf lb;
   line_sink sink;           /* instead of the Lua callback when set */
+  struct { char *buf; size_t need, have; } frame;   /* a frame's payload cut by a read */
 };
 int reader_init(reader *r, uv_loop_t *loop, int lines, size_t max_line,
                 void *owner, reader_done_fn on_done, reader_done_fn on_closed);

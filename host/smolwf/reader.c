@@ -4,10 +4,14 @@
 ** chunk, then nil once at EOF, or nil plus a message on a read error or an
 ** over-long line, after which reading stops and the pipe is closed.
 ** Used by process.c (a child's stdout/stderr) and stdio.c (our stdin).
+** A C sink in lines mode may also say that bytes after a line are a
+** frame (a provider's raw_output, docs/protocol.md): those go to its
+** frame function whole, never split into lines.
 */
 #include "host.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <lauxlib.h>
@@ -29,10 +33,14 @@ static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf) {
   *buf = uv_buf_init(host_get()->read_buffer, sizeof host_get()->read_buffer);
 }
 
-/* Calls the sink, or the Lua callback with (data) or (nil, err); a no-op once detached. */
+/*
+** Calls the sink, or the Lua callback with (data) or (nil, err); a no-op
+** once detached. A sink's line may announce a frame: its bytes come next.
+*/
 static void call_back(reader *r, char *data, size_t n, const char *err) {
   if (r->sink.fn != NULL) {
-    r->sink.fn(r->sink.ctx, data, n, err);
+    size_t frame = r->sink.fn(r->sink.ctx, data, n, err);
+    if (data != NULL && r->lines) r->frame.need = frame;
     return;
   }
   if (r->cb_ref == LUA_NOREF) return;
@@ -50,9 +58,16 @@ static int on_line(void *ctx, char *line, size_t len) {
   return r->state != READER_READING;  /* the callback closed us: stop */
 }
 
+static void forget_frame(reader *r) {
+  free(r->frame.buf);
+  r->frame.buf = NULL;
+  r->frame.need = r->frame.have = 0;
+}
+
 static void on_closed(uv_handle_t *handle) {
   reader *r = handle->data;
   linebuf_free(&r->lb);
+  forget_frame(r);
   r->state = READER_CLOSED;
   if (r->on_closed) r->on_closed(r, r->owner);
 }
@@ -62,8 +77,14 @@ static void finish(reader *r, const char *err) {
   r->state = READER_DONE;
   uv_read_stop(&r->h.stream);
   size_t tail = linebuf_pending(&r->lb);
-  if (err == NULL && r->lines && tail > 0)  /* a last line without '\n' */
+  char cut[96];
+  if (err == NULL && r->frame.need > 0) {
+    snprintf(cut, sizeof cut, "the output ended inside a frame (%zu of its %zu bytes came)", r->frame.have, r->frame.need);
+    err = cut;
+  } else if (err == NULL && r->lines && tail > 0) {  /* a last line without '\n' */
     call_back(r, r->lb.buf, tail, NULL);
+  }
+  forget_frame(r);
   call_back(r, NULL, 0, err);
   reader_close(r);
   if (r->on_done) r->on_done(r, r->owner);
@@ -82,9 +103,38 @@ static void too_long(reader *r) {
 ** begun in an earlier read, or cut by the end of this one, goes through
 ** the linebuf. Stops when the callback closed us.
 */
+/*
+** Takes up to n bytes of the frame being read; returns how many. A frame
+** that sits whole in the read goes to the sink from it; one cut by the
+** end of a read is gathered first (the sink bounded its size).
+*/
+static size_t feed_frame(reader *r, char *data, size_t n) {
+  size_t need = r->frame.need;
+  if (r->frame.have == 0 && n >= need) {
+    r->frame.need = 0;
+    r->sink.frame(r->sink.ctx, data, need);
+    return need;
+  }
+  if (r->frame.buf == NULL && (r->frame.buf = malloc(need)) == NULL) abort();
+  size_t take = n < need - r->frame.have ? n : need - r->frame.have;
+  memcpy(r->frame.buf + r->frame.have, data, take);
+  if ((r->frame.have += take) == need) {
+    char *whole = r->frame.buf;
+    r->frame.buf = NULL;
+    r->frame.need = r->frame.have = 0;
+    r->sink.frame(r->sink.ctx, whole, need);
+    free(whole);
+  }
+  return take;
+}
+
 static void feed_lines(reader *r, char *data, size_t n) {
   const char *end = data + n;
   while (data < end && r->state == READER_READING) {
+    if (r->frame.need > 0) {
+      data += feed_frame(r, data, (size_t)(end - data));
+      continue;
+    }
     char *nl = memchr(data, '\n', (size_t)(end - data));
     size_t upto = nl != NULL ? (size_t)(nl - data) + 1 : (size_t)(end - data);
     int over_long;
@@ -116,7 +166,9 @@ static void init_fields(reader *r, int lines, size_t max_line, void *owner,
   r->owner = owner;
   r->on_done = on_done;
   r->on_closed = on_closed_fn;
-  r->sink = (line_sink){NULL, NULL};
+  r->sink = (line_sink){NULL, NULL, NULL};
+  r->frame.buf = NULL;
+  r->frame.need = r->frame.have = 0;
   linebuf_init(&r->lb, max_line);
 }
 
@@ -168,7 +220,8 @@ void reader_end(reader *r) {
 
 void reader_detach(reader *r) {
   host_unref(&r->cb_ref);
-  r->sink = (line_sink){NULL, NULL};
+  r->sink = (line_sink){NULL, NULL, NULL};
+  forget_frame(r);
 }
 
 void reader_close(reader *r) {

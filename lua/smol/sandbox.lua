@@ -263,9 +263,11 @@ local function check_open_opts(opts)
 end
 
 -- How exec's params end: with max_output_bytes 0 where the session
--- announces "output_limit" (no copy in the result: see capture "events").
+-- announces "output_limit" (no copy in the result: see capture "events"),
+-- and raw_output where it announces that (output as frames of raw bytes,
+-- not base64: docs/protocol.md).
 local function exec_tail(caps)
-  return caps.output_limit and ',"max_output_bytes":0}' or "}"
+  return (caps.output_limit and ',"max_output_bytes":0' or "") .. (caps.raw_output == true and ',"raw_output":true' or "") .. "}"
 end
 
 -- What requests send as their `session`: the whole object open returned,

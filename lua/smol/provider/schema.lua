@@ -15,7 +15,7 @@ local function with_session(fields)
 end
 local COMMAND = with_session{argv = "argv", cwd = "string?", env = "env?", stdin_base64 = "string?",
   timeout_ms = "number?", idle_timeout_ms = "number?", kill_grace_ms = "number?",
-  max_output_bytes = "integer?"}
+  max_output_bytes = "integer?", raw_output = "boolean?"}
 
 -- Field kinds: a trailing "?" means optional. Unknown fields are allowed
 -- (the protocol says a provider ignores what it does not know).
