@@ -168,3 +168,46 @@ describe("the bundled provider's frames", function()
     assert.is_truthy(out:find('"code":"invalid_request","message":"field `raw_output` must be a boolean"', 1, true), out)
   end)
 end)
+
+-- smol.core's side of frames for a Lua client (the conformance kit's wire).
+describe("proc:expect_frame", function()
+  local core = require "smol.core"
+
+  local function run(script, on_line)
+    local got, done, proc = {}, false, nil
+    proc = assert(core.spawn{file = "sh", args = {"sh", "-c", script}, stdout = "lines",
+      on_stdout = function(data, err, frame)
+        if data then got[#got + 1] = frame and {frame = data} or data end
+        if data and not frame and on_line then on_line(proc, data) end
+        if not data then done = err or true end
+      end})
+    assert.truthy(h.wait_until(function() return done end))
+    proc:close()
+    return got, done
+  end
+
+  it("hands the next bytes to on_stdout whole, newlines and all, then lines again", function()
+    local got = run([[printf 'head\nab\ncd\nefgh\ntail\n']], function(p, line)
+      if line == "head" then p:expect_frame(6) end
+    end)
+    assert.same({"head", {frame = "ab\ncd\n"}, "efgh", "tail"}, got)
+  end)
+
+  it("says when the output ends inside the frame", function()
+    local _, done = run([[printf 'head\nabc']], function(p, line)
+      if line == "head" then p:expect_frame(10) end
+    end)
+    assert.equal("the output ended inside a frame (3 of its 10 bytes came)", done)
+  end)
+
+  it("refuses a size below 1 at the caller's line, and a stream read in chunks", function()
+    run([[printf 'head\n']], function(p)
+      local ok, e = pcall(function() p:expect_frame(0) end)
+      assert.is_false(ok)
+      assert.matches("bad argument #1 to 'expect_frame' %(a frame's size must be at least 1 byte%)", e)
+    end)
+    local proc = assert(core.spawn{file = "true", args = {"true"}, stdout = "chunks", on_stdout = function() end})
+    assert.matches("stdout is not read in lines mode", select(2, pcall(function() proc:expect_frame(5) end)))
+    proc:close()
+  end)
+end)

@@ -84,6 +84,8 @@ void reader_detach(reader *r);        /* drops the callback or sink; keeps drain
 void reader_close(reader *r);         /* idempotent; on_closed follows */
 void reader_end(reader *r);           /* ends reading now, as at EOF (a partial line is dropped) */
 int reader_finished(const reader *r);  /* EOF/error delivered, or closed */
+/* The next n bytes (lines mode, n <= max_line) are a frame: to the Lua callback whole, as (bytes, nil, true). 0, or -1 when not. */
+int reader_expect_frame(reader *r, size_t n);
 
 /* stdio.c's stdout: a uv stream on a dup of fd 1, or synchronous writes */
 typedef struct host_stdout {

@@ -418,6 +418,22 @@ static int proc_close_stdin(lua_State *L) {
   return 0;
 }
 
+/*
+** proc:expect_frame(n): the next n bytes of stdout (read in lines mode)
+** are one frame, handed to on_stdout whole as (bytes, nil, true): what a
+** client of a provider's raw_output calls from on_stdout when a line
+** announces one (docs/protocol.md).
+*/
+static int proc_expect_frame(lua_State *L) {
+  proc *p = check_open(L);
+  lua_Integer n = luaL_checkinteger(L, 2);
+  luaL_argcheck(L, n > 0, 2, "a frame's size must be at least 1 byte");
+  if (!p->has_out || reader_expect_frame(&p->out, (size_t)n) != 0)
+    return luaL_error(L, "expect_frame: stdout is not read in lines mode, a frame is already expected, "
+                      "or %I bytes pass the line limit", n);
+  return 0;
+}
+
 static int proc_pending_write_bytes(lua_State *L) {
   lua_pushinteger(L, (lua_Integer)check_open(L)->pending_write);
   return 1;
@@ -535,7 +551,7 @@ void process_close_all(void) {
 void process_open(lua_State *L) {
   static const luaL_Reg methods[] = {
     {"write", proc_write}, {"close_stdin", proc_close_stdin},
-    {"kill", proc_kill}, {"pending_write_bytes", proc_pending_write_bytes},
+    {"kill", proc_kill}, {"pending_write_bytes", proc_pending_write_bytes}, {"expect_frame", proc_expect_frame},
     {"close", proc_close}, {NULL, NULL}};
   static const luaL_Reg meta[] = {
     {"__gc", proc_gc}, {"__close", proc_gc}, {"__tostring", proc_tostring},

@@ -5,8 +5,9 @@
 ** over-long line, after which reading stops and the pipe is closed.
 ** Used by process.c (a child's stdout/stderr) and stdio.c (our stdin).
 ** A C sink in lines mode may also say that bytes after a line are a
-** frame (a provider's raw_output, docs/protocol.md): those go to its
-** frame function whole, never split into lines.
+** frame (a provider's raw_output, docs/protocol.md), and so may a Lua
+** callback (reader_expect_frame): those go to the sink's frame function,
+** or to the callback as (bytes, nil, true), whole, never split into lines.
 */
 #include "host.h"
 
@@ -103,6 +104,19 @@ static void too_long(reader *r) {
 ** begun in an earlier read, or cut by the end of this one, goes through
 ** the linebuf. Stops when the callback closed us.
 */
+static void frame_to(reader *r, char *data, size_t n) {
+  if (r->sink.frame != NULL) {
+    r->sink.frame(r->sink.ctx, data, n);
+  } else if (r->cb_ref != LUA_NOREF) {
+    lua_State *L = host_get()->L;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, r->cb_ref);
+    lua_pushlstring(L, data, n);
+    lua_pushnil(L);
+    lua_pushboolean(L, 1);
+    host_pcall(3);
+  }
+}
+
 /*
 ** Takes up to n bytes of the frame being read; returns how many. A frame
 ** that sits whole in the read goes to the sink from it; one cut by the
@@ -112,7 +126,7 @@ static size_t feed_frame(reader *r, char *data, size_t n) {
   size_t need = r->frame.need;
   if (r->frame.have == 0 && n >= need) {
     r->frame.need = 0;
-    r->sink.frame(r->sink.ctx, data, need);
+    frame_to(r, data, need);
     return need;
   }
   if (r->frame.buf == NULL && (r->frame.buf = malloc(need)) == NULL) abort();
@@ -122,7 +136,7 @@ static size_t feed_frame(reader *r, char *data, size_t n) {
     char *whole = r->frame.buf;
     r->frame.buf = NULL;
     r->frame.need = r->frame.have = 0;
-    r->sink.frame(r->sink.ctx, whole, need);
+    frame_to(r, whole, need);
     free(whole);
   }
   return take;
@@ -233,3 +247,9 @@ void reader_close(reader *r) {
 }
 
 int reader_finished(const reader *r) { return r->state >= READER_DONE; }
+
+int reader_expect_frame(reader *r, size_t n) {
+  if (!r->lines || r->state != READER_READING || r->frame.need > 0 || n > r->max_line) return -1;
+  r->frame.need = n;
+  return 0;
+}

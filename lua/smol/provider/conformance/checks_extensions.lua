@@ -252,6 +252,42 @@ local function output_capped(ctx)
 end
 
 -- ======================================================================
+-- raw_output
+-- ======================================================================
+
+-- Bytes a line reader would split or a JSON reader would choke on.
+local AWKWARD = "a\nb\"c\0d\255e\r\n{\"id\":1}\n"
+local AWKWARD_PRINTF = "a\\nb\"c\\0d\\377e\\r\\n{\"id\":1}\\n"
+
+local function framed_events(req, stream)
+  local n = 0
+  for _, ev in ipairs(req.events or {}) do
+    if ev.type == stream and ev.framed then n = n + 1 end
+  end
+  return n
+end
+
+-- With raw_output the output may come as frames; either way it is exactly the bytes.
+local function frames_exact(ctx)
+  local req = ctx:exec({"sh", "-c", "printf '" .. AWKWARD_PRINTF .. "'; printf '" .. AWKWARD_PRINTF .. "' >&2"},
+    {raw_output = true, max_output_bytes = 0})
+  local out, err = event_rules.collected(req, "stdout"), event_rules.collected(req, "stderr")
+  local ok = expect.is_result(req) and out == AWKWARD and err == AWKWARD
+  return ok, "stdout and stderr: exactly the bytes written, framed or not",
+    string.format("stdout %s, stderr %s (%d and %d frames)", expect.show(out), expect.show(err),
+      framed_events(req, "stdout"), framed_events(req, "stderr"))
+end
+
+-- A request that did not ask gets no frames (the wire notes any as a violation).
+local function no_frames_unasked(ctx)
+  local req = ctx:exec({"printf", AWKWARD_PRINTF}, {max_output_bytes = 0})
+  local out = event_rules.collected(req, "stdout")
+  local ok = expect.is_result(req) and out == AWKWARD and framed_events(req, "stdout") == 0
+  return ok, "base64 events only, holding exactly the bytes",
+    string.format("%s in %d frames", expect.show(out), framed_events(req, "stdout"))
+end
+
+-- ======================================================================
 -- fs_extra
 -- ======================================================================
 
@@ -429,6 +465,10 @@ return {
   {name = "output_limit", needs = "output_limit", checks = {
     {"max_output_bytes caps each captured stream; events carry everything", output_capped},
     {"max_output_bytes 0 keeps no copy; events carry everything", output_not_captured},
+  }},
+  {name = "raw_output", needs = "raw_output", checks = {
+    {"with raw_output, output (framed or not) is exactly the bytes written", frames_exact},
+    {"without raw_output, no output comes as frames", no_frames_unasked},
   }},
   {name = "fs_extra", needs = "fs_extra", checks = {
     {"stat of a file answers type, size, mode and mtime", stat_file},

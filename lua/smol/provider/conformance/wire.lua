@@ -128,6 +128,39 @@ local function inexact_id(self, line)
   note_violation(self, "reply with an id no double holds exactly: " .. line:sub(1, 200))
 end
 
+--[[
+An output frame's line (docs/protocol.md, "Output frames"): checked as
+the host checks it, then its bytes are awaited (proc:expect_frame); they
+come to on_frame, which delivers the event as its base64 line would be,
+marked `framed`. A frame's line that breaks the rules is a violation, and
+the stream cannot be followed after one whose count is not a byte count.
+]]
+local function frame_begins(self, msg, line)
+  local ev, n = msg.event, msg.event.data_bytes
+  local req = self.pending[msg.id]
+  local why = (ev.type ~= "stdout" and ev.type ~= "stderr") and "an event that is not stdout or stderr"
+    or ev.data_base64 ~= nil and "both data_bytes and data_base64"
+    or (math.type(n) ~= "integer" or n < 0 or n > MAX_LINE) and "a data_bytes that is no byte count"
+    or (req and not req.raw_output) and "a request that did not ask for raw_output"
+    or #line >= 512 and "a line of 512 bytes or more"
+  if why then note_violation(self, "output frame with " .. why .. ": " .. line:sub(1, 200)) end
+  if math.type(n) ~= "integer" or n < 0 or n > MAX_LINE then return end
+  ev.data_bytes, ev.framed = nil, true
+  if n == 0 then
+    ev.data_base64 = ""
+    return deliver(self, msg, line)
+  end
+  self.frame = {msg = msg, line = line}
+  self.proc:expect_frame(n)
+end
+
+function wire:on_frame(bytes)
+  local f = self.frame
+  self.frame = nil
+  f.msg.event.data_base64 = core.b64encode(bytes)
+  deliver(self, f.msg, f.line)
+end
+
 function wire:on_line(line)
   if line == "" then return end
   local msg, problem, kind = decode_line(line)
@@ -143,6 +176,8 @@ function wire:on_line(line)
     self.null_replies[#self.null_replies + 1] = msg
   elseif msg.result == nil and msg.error == nil and msg.event == nil then
     note_violation(self, "line has none of result, error, event: " .. line:sub(1, 200))
+  elseif type(msg.event) == "table" and msg.event.data_bytes ~= nil then
+    frame_begins(self, msg, line)
   else
     deliver(self, msg, line)
   end
@@ -168,7 +203,8 @@ local function spawn_options(self, argv, env)
     file = argv[1], args = argv, env = env, stdin = true,
     stdout = "lines", stderr = "lines", max_line = MAX_LINE,
     process_group = true,
-    on_stdout = function(line, err)
+    on_stdout = function(line, err, frame)
+      if frame then return self:on_frame(line) end
       if line then return self:on_line(line) end
       if err then note_violation(self, "provider stdout: " .. err) end
     end,
@@ -258,6 +294,7 @@ function wire:send(method, params, opts)
   local line = json.encode({id = id, method = method, params = params or {}})
   local req = self:send_line(id, method, line, opts.on_event)
   req.discard_events = opts.discard_events
+  req.raw_output = type(params) == "table" and params.raw_output == true   -- frames allowed (on_line)
   return req
 end
 
