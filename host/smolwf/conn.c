@@ -681,9 +681,10 @@ static int take_plain(lua_State *L, conn *c, const char *line, size_t len) {
   return 1;
 }
 
-static void decode(lua_State *L, conn *c, char *line, size_t len) {
+/* A line (not a frame's): try_plain unless take_plain has seen it already. */
+static void decode(lua_State *L, conn *c, char *line, size_t len, int try_plain) {
   if (len >= SPLIT_MIN && decode_split(L, c, line, len)) return;
-  if (len < 128 && take_plain(L, c, line, len)) return;
+  if (try_plain && len < 128 && take_plain(L, c, line, len)) return;
   int exact = 0;
   if (memchr(line, '\\', len) != NULL && memmem(line, len, "\\u0000", 6) != NULL) {
     if (push_exact(L, c, line, len)) exact = lua_gettop(L);
@@ -820,18 +821,22 @@ static void on_frame(void *ctx, char *data, size_t n) {
 
 size_t conn_feed_line(lua_State *L, conn *c, char *line, size_t len) {
   int top = lua_gettop(L);
-  long long frame = c->state == CONN_RUNNING ? frame_begins(L, c, line, len) : -1;
+  int running = len > 0 && c->state == CONN_RUNNING, observed = c->observe_ref != LUA_NOREF;
+  /* An exec's started, exited or result line, taken whole: the common line, and never a frame's. */
+  int taken = running && !observed && len < 128 && take_plain(L, c, line, len);
+  lua_settop(L, top);
+  if (taken) return 0;
+  long long frame = running ? frame_begins(L, c, line, len) : -1;
+  lua_settop(L, top);
   if (frame >= 0) {
-    lua_settop(L, top);
     if (frame == 0 && c->state == CONN_RUNNING) conn_feed_frame(L, c, NULL, 0);
     return (size_t)frame;
   }
-  lua_settop(L, top);
-  if (c->observe_ref != LUA_NOREF) {
+  if (observed) {
     lua_pushlstring(L, line, len);
     observe(L, c, "recv", lua_gettop(L));
   }
-  if (len > 0 && c->state == CONN_RUNNING) decode(L, c, line, len);
+  if (running && c->state == CONN_RUNNING) decode(L, c, line, len, observed);
   lua_settop(L, top);
   return 0;
 }
