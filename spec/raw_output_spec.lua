@@ -95,7 +95,7 @@ describe("output frames from a fake provider", function()
 
   it("cut by the provider's exit fail the request, saying how much came", function()
     local e = h.catch(sb.exec, sb, {"frame_cut"})
-    assert.matches("the output ended inside a frame %(10 of its 100 bytes came%)", tostring(e))
+    assert.matches("after it sent an output frame cut short %(10 of its 100 bytes came%)", tostring(e))
   end)
 end)
 
@@ -197,7 +197,7 @@ describe("proc:expect_frame", function()
     local _, done = run([[printf 'head\nabc']], function(p, line)
       if line == "head" then p:expect_frame(10) end
     end)
-    assert.equal("the output ended inside a frame (3 of its 10 bytes came)", done)
+    assert.equal("an output frame cut short (3 of its 10 bytes came)", done)
   end)
 
   it("refuses a size below 1 at the caller's line, and a stream read in chunks", function()

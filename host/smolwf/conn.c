@@ -705,7 +705,10 @@ static void observe(lua_State *L, conn *c, const char *direction, int line_idx) 
 }
 
 static void on_end(lua_State *L, conn *c, const char *err) {
-  if (err != NULL) {
+  if (err != NULL && strncmp(err, READER_FRAME_CUT, sizeof READER_FRAME_CUT - 1) == 0) {
+    lua_pushfstring(L, "sent %s", err);
+    fault(L, c);
+  } else if (err != NULL) {
     char limit[32];
     snprintf(limit, sizeof limit, "%zu", c->max_line);
     lua_pushfstring(L, "sent an unreadable or too long line (limit %s bytes): %s", limit, err);

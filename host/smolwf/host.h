@@ -86,6 +86,8 @@ void reader_end(reader *r);           /* ends reading now, as at EOF (a partial 
 int reader_finished(const reader *r);  /* EOF/error delivered, or closed */
 /* The next n bytes (lines mode, n <= max_line) are a frame: to the Lua callback whole, as (bytes, nil, true). 0, or -1 when not. */
 int reader_expect_frame(reader *r, size_t n);
+/* How the error at the end begins when the output ended inside a frame. */
+#define READER_FRAME_CUT "an output frame cut short"
 
 /* stdio.c's stdout: a uv stream on a dup of fd 1, or synchronous writes */
 typedef struct host_stdout {

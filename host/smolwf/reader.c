@@ -80,7 +80,7 @@ static void finish(reader *r, const char *err) {
   size_t tail = linebuf_pending(&r->lb);
   char cut[96];
   if (err == NULL && r->frame.need > 0) {
-    snprintf(cut, sizeof cut, "the output ended inside a frame (%zu of its %zu bytes came)", r->frame.have, r->frame.need);
+    snprintf(cut, sizeof cut, READER_FRAME_CUT " (%zu of its %zu bytes came)", r->frame.have, r->frame.need);
     err = cut;
   } else if (err == NULL && r->lines && tail > 0) {  /* a last line without '\n' */
     call_back(r, r->lb.buf, tail, NULL);
@@ -97,13 +97,7 @@ static void too_long(reader *r) {
   finish(r, msg);
 }
 
-/*
-** Splits data into lines for the callback. A line that sits whole in the
-** read buffer goes to Lua straight from it (lua_pushlstring needs no '\0',
-** so the copy into the linebuf that linebuf_feed makes is skipped); a line
-** begun in an earlier read, or cut by the end of this one, goes through
-** the linebuf. Stops when the callback closed us.
-*/
+/* A frame's bytes to the sink's frame function, or to the Lua callback as (bytes, nil, true). */
 static void frame_to(reader *r, char *data, size_t n) {
   if (r->sink.frame != NULL) {
     r->sink.frame(r->sink.ctx, data, n);
@@ -142,6 +136,14 @@ static size_t feed_frame(reader *r, char *data, size_t n) {
   return take;
 }
 
+/*
+** Splits data into lines for the callback. A line that sits whole in the
+** read buffer goes to Lua straight from it (lua_pushlstring needs no '\0',
+** so the copy into the linebuf that linebuf_feed makes is skipped); a line
+** begun in an earlier read, or cut by the end of this one, goes through
+** the linebuf; the bytes of a frame a line announced go to feed_frame.
+** Stops when the callback closed us.
+*/
 static void feed_lines(reader *r, char *data, size_t n) {
   const char *end = data + n;
   while (data < end && r->state == READER_READING) {
