@@ -109,9 +109,9 @@ describe("output frames from the bundled provider", function()
 
   for _, profile in ipairs{"local/default", "bwrap/default"} do
     it("carry any bytes exactly, streamed and captured (" .. profile .. ")", function()
-      local bytes = {}
-      for i = 0, 3 * 1024 * 1024 - 1 do bytes[#bytes + 1] = string.char((i * 7 + i // 251) % 256) end
-      local data = table.concat(bytes)
+      local block = {}
+      for i = 0, 255 do block[#block + 1] = string.char(i) end
+      local data = (table.concat(block) .. "\n"):rep(12 * 1024)   -- every byte value, 3 MiB, at every alignment
       fs.write_file(dir .. "/data.bin", data)   -- before open: the session's workspace is made from it
       local sb = sandbox.open{profile = profile, workspace = dir}
       assert.is_true(sb.capabilities.raw_output)

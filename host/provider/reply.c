@@ -54,16 +54,18 @@ static const char *printed(const cJSON *obj, char small[SMALL_OBJECT], char **to
 /*
 ** Builds `{"id":ID,"KIND":OBJ}\n` where the blobs become extra string
 ** fields of OBJ, base64-encoded straight into the line: an exec result can
-** hold 64 MiB per stream, and this is its only copy.
+** hold 64 MiB per stream, and this is its only copy. A frame's `tail` (n
+** bytes) follows the line as it is.
 */
-static void compose(const char *id_json, const char *kind, cJSON *obj, const blob *blobs, size_t nblobs) {
+static void compose(const char *id_json, const char *kind, cJSON *obj, const blob *blobs, size_t nblobs,
+                    const char *tail, size_t n) {
   char small[SMALL_OBJECT], *to_free;
   size_t tlen;
   const char *text = printed(obj, small, &to_free, &tlen);
   cJSON_Delete(obj);
   tlen--;   /* without the closing '}' */
   size_t id_len = strlen(id_json), kind_len = strlen(kind);
-  size_t total = id_len + kind_len + tlen + 32;
+  size_t total = id_len + kind_len + tlen + 32 + n;
   for (size_t i = 0; i < nblobs; i++) total += strlen(blobs[i].field) + b64_encoded_len(blobs[i].len) + 8;
   char *line = malloc(total), *p = line;
   if (!line) abort();
@@ -83,6 +85,7 @@ static void compose(const char *id_json, const char *kind, cJSON *obj, const blo
     *p++ = '"';
   }
   p = append(p, "}}\n", 3);
+  if (n > 0) p = append(p, tail, n);   /* the payload's one copy: the read buffer it came from is reused */
   free(to_free);
   wire_send(line, (size_t)(p - line));
 }
@@ -103,7 +106,7 @@ void request_free(request *r) {
 }
 
 void reply_result_blobs(request *r, cJSON *result, const blob *blobs, size_t nblobs) {
-  compose(r->id_json, "result", result, blobs, nblobs);
+  compose(r->id_json, "result", result, blobs, nblobs, NULL, 0);
   request_free(r);
 }
 
@@ -115,7 +118,7 @@ void reply_failure(request *r, const failure *f) {
   cJSON *err = cJSON_CreateObject();
   cJSON_AddStringToObject(err, "code", f->code);
   cJSON_AddStringToObject(err, "message", f->message);
-  compose(r->id_json, "error", err, NULL, 0);
+  compose(r->id_json, "error", err, NULL, 0, NULL, 0);
   request_free(r);
 }
 
@@ -129,30 +132,16 @@ void reply_error(request *r, const char *code, const char *fmt, ...) {
 }
 
 void send_event_blobs(const request *r, cJSON *event, const blob *blobs, size_t nblobs) {
-  compose(r->id_json, "event", event, blobs, nblobs);
+  compose(r->id_json, "event", event, blobs, nblobs, NULL, 0);
 }
 
 void send_event_frame(const request *r, cJSON *event, const char *data, size_t n) {
   cJSON_AddNumberToObject(event, "data_bytes", (double)n);
-  char small[SMALL_OBJECT], *to_free;
-  size_t tlen;
-  const char *text = printed(event, small, &to_free, &tlen);
-  cJSON_Delete(event);
-  size_t id_len = strlen(r->id_json);
-  char *line = malloc(id_len + tlen + 32 + n), *p = line;
-  if (!line) abort();
-  p = append(p, "{\"id\":", 6);
-  p = append(p, r->id_json, id_len);
-  p = append(p, ",\"event\":", 9);
-  p = append(p, text, tlen);
-  p = append(p, "}\n", 2);
-  p = append(p, data, n);   /* the payload's one copy: the read buffer it came from is reused */
-  free(to_free);
-  wire_send(line, (size_t)(p - line));
+  compose(r->id_json, "event", event, NULL, 0, data, n);
 }
 
 void send_event(const request *r, cJSON *event) {
-  compose(r->id_json, "event", event, NULL, 0);
+  compose(r->id_json, "event", event, NULL, 0, NULL, 0);
 }
 
 void replies_send_now(void) {

@@ -731,7 +731,7 @@ static void on_end(lua_State *L, conn *c, const char *err) {
 /*
 ** The byte count of the frame whose line this is (the line kept for
 ** frame_ends), or -1 when the line is none (decoded as usual). A frame's
-** line that breaks the rules faults the connection: 0.
+** line that breaks the rules faults the connection, and is none either.
 */
 static long long frame_begins(lua_State *L, conn *c, const char *line, size_t len) {
   if (len >= FRAME_HEAD_MAX || memmem(line, len, "\"data_bytes\"", 12) == NULL) return -1;
@@ -756,7 +756,7 @@ static long long frame_begins(lua_State *L, conn *c, const char *line, size_t le
     lua_pushfstring(L, "sent an output frame with %s: %s", why, lua_tostring(L, -1));
     lua_remove(L, -2);
     fault(L, c);
-    return 0;
+    return -1;
   }
   if (c->frame_head == NULL && (c->frame_head = malloc(FRAME_HEAD_MAX)) == NULL) abort();
   memcpy(c->frame_head, line, len);
@@ -790,7 +790,9 @@ static void observe_frame(lua_State *L, conn *c, const char *data, size_t n) {
 
 /*
 ** The frame's bytes came (data, n): its event is routed as its line's
-** would be, with the bytes as the payload cut from a long line.
+** would be, with the bytes as the payload cut from a long line. The line
+** is parsed again: the bytes may come reads later, and any parse in
+** between resets the arena its first tree lived in (json_arena.h).
 */
 static void frame_ends(lua_State *L, conn *c, char *data, size_t n) {
   if (c->observe_ref != LUA_NOREF) observe_frame(L, c, data, n);
@@ -832,7 +834,7 @@ size_t conn_feed_line(lua_State *L, conn *c, char *line, size_t len) {
   long long frame = running ? frame_begins(L, c, line, len) : -1;
   lua_settop(L, top);
   if (frame >= 0) {
-    if (frame == 0 && c->state == CONN_RUNNING) conn_feed_frame(L, c, NULL, 0);
+    if (frame == 0) conn_feed_frame(L, c, NULL, 0);   /* an empty frame: nothing follows its line */
     return (size_t)frame;
   }
   if (observed) {
