@@ -128,6 +128,65 @@ describe("output frames from the bundled provider", function()
   end
 end)
 
+-- Output that only streams (capture = false) leaves the bundled provider by
+-- splice(2), from the command's pipe to the host's, unless the host's pipe
+-- is full or lines are queued before it: then its bytes are copied.
+describe("streamed frames from the bundled provider", function()
+  local core = require "smol.core"
+  local dir, sb, data
+  before_each(function()
+    dir = fs.temp_dir("smolwf-frames-spec")
+    local block = {}
+    for i = 0, 255 do block[#block + 1] = string.char(i) end
+    data = (table.concat(block) .. "\n"):rep(12 * 1024)   -- 3 MiB: past the size where a stream rests
+    fs.write_file(dir .. "/data.bin", data)
+  end)
+  after_each(function()
+    if sb then sb:close() end
+    sandbox.shutdown()
+    require("smol.testing").remove_tree(dir)
+  end)
+
+  local function stream(argv, on_chunk)
+    local out, err = {}, {}
+    argv.capture = false
+    argv.on_stdout = function(c) if on_chunk then on_chunk(c) end out[#out + 1] = c end
+    argv.on_stderr = function(c) err[#err + 1] = c end
+    local r = sb:exec(argv)
+    return table.concat(out), table.concat(err), r
+  end
+
+  for _, profile in ipairs{"local/default", "bwrap/default"} do
+    it("carry stdout and stderr exactly (" .. profile .. ")", function()
+      sb = sandbox.open{profile = profile, workspace = dir}
+      local out, err, r = stream{"sh", "-c", "cat data.bin; cat data.bin >&2; cat data.bin"}
+      assert.is_true(out == data .. data)
+      assert.is_true(err == data)
+      assert.equal(0, r.exit_code)
+      assert.is_nil(r.stdout)
+    end)
+  end
+
+  it("stay exact when the host stops reading for a while", function()
+    sb = sandbox.open{profile = "local/default", workspace = dir}
+    local stalled = 0
+    local out = stream({"sh", "-c", "cat data.bin data.bin data.bin"}, function()
+      if stalled >= 3 then return end
+      stalled = stalled + 1
+      local until_t = core.now() + 0.2   -- the loop is held: the host's pipe fills behind the provider
+      repeat until core.now() >= until_t
+    end)
+    assert.equal(3, stalled)
+    assert.is_true(out == data .. data .. data)
+  end)
+
+  it("bring what a stream writes after it rested", function()
+    sb = sandbox.open{profile = "local/default", workspace = dir}
+    local out = stream{"sh", "-c", "cat data.bin; sleep 0.2; echo end; sleep 0.1; printf more"}
+    assert.is_true(out == data .. "end\nmore")
+  end)
+end)
+
 -- The bundled provider's own bytes on the wire, read without a client.
 describe("the bundled provider's frames", function()
   local core = require "smol.core"

@@ -6,7 +6,9 @@
 ** into the result up to max_output_bytes) or, for a spawned process nobody
 ** waits on, into a 1 MiB ring per stream whose oldest bytes give way.
 ** Streaming output pauses while the wire is congested (procs_set_paused);
-** buffered output never pauses (the ring drops instead).
+** buffered output never pauses (the ring drops instead). Output that is
+** sent as frames and no longer captured is not read at all: the wire
+** splices it from the pipe (splice_output).
 */
 #define _GNU_SOURCE
 #include "process.h"
@@ -17,12 +19,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "context.h"
 #include "disk_cap.h"
+#include "fine_timer.h"
+#include "wire.h"
 #include "signames.h"
 
 #define SPAWN_BUFFER (1024 * 1024)
@@ -41,6 +46,15 @@
 ** +30 µs CPU per exec; 5 and 10 ms holds, or none, +0).
 */
 #define STARTED_HOLD_MS 5
+/*
+** Resting a stream (see rest): after REST_AFTER bytes, a read that found
+** less than REST_BELOW lets the pipe alone for REST_US. A fast writer
+** fills a 1 MiB pipe in about half a millisecond, so the rest must be a
+** fraction of that, finer than libuv's timers.
+*/
+#define REST_AFTER (1024 * 1024)
+#define REST_BELOW (PIPE_SIZE / 2)
+#define REST_US 200
 
 /* The process table (the context's part). */
 typedef struct proc_table {
@@ -49,6 +63,7 @@ typedef struct proc_table {
   bool paused;             /* the wire is congested */
   int null_fd;             /* /dev/null + 1 (0: not opened yet), see null_stdin */
   rlim_t fd_half;          /* half our descriptor limit (0: not read yet), see fds_to_spare */
+  fine_timer rest_timer;   /* ends every stream's rest at once; open while any proc is (see rest) */
   /* Read callbacks copy every chunk out at once, so one buffer serves every pipe. */
   char read_buffer[READ_BUFFER];
 } proc_table;
@@ -173,11 +188,13 @@ static void link_proc(proc *p) {
 
 static void unlink_proc(proc *p) {
   if (!p->session) return;
+  proc_table *t = table();
   if (p->prev) p->prev->next = p->next;
-  else table()->first = p->next;
+  else t->first = p->next;
   if (p->next) p->next->prev = p->prev;
   p->next = p->prev = NULL;
   p->session = NULL;
+  if (!t->first) fine_timer_close(&t->rest_timer);   /* nothing left to rest: no handle keeps the loop */
 }
 
 /* Forgets p: no more requests can name it; its memory goes with its last handle. */
@@ -296,10 +313,21 @@ void proc_exited(proc *p, int wait_status) {
 
 /* ===== reading pipes ===== */
 
+/*
+** Output that only streams (nothing more to capture, sent as frames) need
+** not pass through our memory: the pipe's pages move to stdout (splice_output).
+*/
+static bool splices(const proc *p, const outstream *o) {
+  return p->req && p->raw_output && o->captured.len >= p->max_output && wire_can_splice();
+}
+
+/* A buffer of length 0 makes libuv report the pipe readable without reading it (UV_ENOBUFS). */
 static void alloc_read(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
-  (void)h; (void)suggested;
+  (void)suggested;
+  proc *p = h->data;
+  outstream *o = h == (uv_handle_t *)&p->out.pipe ? &p->out : &p->err;
   buf->base = table()->read_buffer;
-  buf->len = READ_BUFFER;
+  buf->len = splices(p, o) ? 0 : READ_BUFFER;
 }
 
 /*
@@ -323,12 +351,73 @@ static void take_output(proc *p, outstream *o, size_t n) {
   deliver(p, o, table()->read_buffer, n);
 }
 
+/* ===== resting ===== */
+
+static void end_rests(fine_timer *timer) {
+  (void)timer;
+  for (proc *p = table()->first; p; p = p->next) {
+    if (!p->out.resting && !p->err.resting) continue;
+    p->out.resting = p->err.resting = false;
+    update_reading(p);
+  }
+}
+
+/*
+** A read that caught up with a fast writer (it found the pipe less than
+** half full) leaves the pipe alone for REST_US, so the writer fills it
+** and the next read takes much more: each wake-up, event and host read
+** then carries ~300 KiB instead of ~40, and our reads keep the writer
+** spinning on the pipe's lock less often. Measured with `head -c`
+** through sb:exec (on_stdout, capture = false): resting alone gave 1.2-1.3x
+** the rate, splicing alone nothing (frames of ~30 KiB: the host's cost
+** per frame ate the copies saved), both together ~1.9x. Only once a
+** stream has passed REST_AFTER: most commands' output is smaller, and
+** gets to the host with no delay. All resting streams wake together, on
+** one timer.
+*/
+static void rest(proc *p, outstream *o, size_t n) {
+  o->streamed += n;
+  if (!p->req || o->streamed < REST_AFTER || n >= REST_BELOW || o->eof) return;
+  if (fine_timer_start(&table()->rest_timer, provider_ctx()->loop, REST_US, end_rests) < 0) return;
+  o->resting = true;
+  update_reading(p);
+}
+
+/* ===== moving output without a copy ===== */
+
+/* Reads what the pipe holds the usual way: its end, or output too small to ask the wire to splice. */
+static void read_output(proc *p, outstream *o, int fd) {
+  ssize_t n = read(fd, table()->read_buffer, READ_BUFFER);
+  if (n > 0) { take_output(p, o, (size_t)n); rest(p, o, (size_t)n); return; }
+  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+  close_stream(p, o);
+  maybe_finish(p);
+}
+
+/* The pipe is readable and its output only streams: a frame whose bytes the wire takes from the pipe itself. */
+static void splice_output(proc *p, outstream *o) {
+  uv_os_fd_t fd;
+  int held = 0;
+  if (uv_fileno((uv_handle_t *)&o->pipe, &fd) != 0) return;
+  if (ioctl(fd, FIONREAD, &held) < 0 || held <= 0) { read_output(p, o, fd); return; }
+  size_t n = (size_t)held;
+  if (p->idle_ms && !p->timed_out) uv_timer_again(&p->idle_timer);
+  grow_pipe(o, n);
+  flush_started(p);
+  o->truncated = true;   /* splices() holds: nothing of this fits the capture */
+  cJSON *ev = cJSON_CreateObject();
+  cJSON_AddStringToObject(ev, "type", o->name);
+  send_event_spliced(p->req, ev, fd, n);
+  rest(p, o, n);
+}
+
 static void on_output(uv_stream_t *stream, ssize_t n, const uv_buf_t *buf) {
   (void)buf;
   proc *p = stream->data;
   outstream *o = stream == (uv_stream_t *)&p->out.pipe ? &p->out : &p->err;
-  if (n > 0) { take_output(p, o, (size_t)n); return; }
+  if (n > 0) { take_output(p, o, (size_t)n); rest(p, o, (size_t)n); return; }
   if (n == 0) return;
+  if (n == UV_ENOBUFS) { splice_output(p, o); return; }
   close_stream(p, o);   /* EOF, or a read error: either way no more output */
   maybe_finish(p);
 }
@@ -364,7 +453,7 @@ static void update_reading(proc *p) {
   outstream *streams[] = {&p->out, &p->err};
   for (size_t i = 0; i < 2; i++) {
     outstream *o = streams[i];
-    bool want = o->open && !o->eof && !paused;
+    bool want = o->open && !o->eof && !paused && !o->resting;
     if (want == o->reading) continue;
     o->reading = want;
     if (want) uv_read_start((uv_stream_t *)&o->pipe, alloc_read, on_output);

@@ -34,6 +34,8 @@ typedef struct outstream {
   bool eof;
   bool reading;
   bool grown;              /* pipe grown to 1 MiB (process.c grow_pipe) */
+  bool resting;            /* not read for a moment, so that its writer fills it (process.c rest) */
+  uint64_t streamed;       /* bytes sent to requests so far */
   bytes captured;          /* what the current exec/wait result will hold */
   bool truncated;
   ring buffered;           /* spawned process, no wait attached: kept here */

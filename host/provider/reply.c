@@ -55,10 +55,10 @@ static const char *printed(const cJSON *obj, char small[SMALL_OBJECT], char **to
 ** Builds `{"id":ID,"KIND":OBJ}\n` where the blobs become extra string
 ** fields of OBJ, base64-encoded straight into the line: an exec result can
 ** hold 64 MiB per stream, and this is its only copy. A frame's `tail` (n
-** bytes) follows the line as it is.
+** bytes) follows the line as it is. Returns the line (malloc'ed, *len bytes).
 */
-static void compose(const char *id_json, const char *kind, cJSON *obj, const blob *blobs, size_t nblobs,
-                    const char *tail, size_t n) {
+static char *composed(const char *id_json, const char *kind, cJSON *obj, const blob *blobs, size_t nblobs,
+                      const char *tail, size_t n, size_t *len) {
   char small[SMALL_OBJECT], *to_free;
   size_t tlen;
   const char *text = printed(obj, small, &to_free, &tlen);
@@ -87,7 +87,15 @@ static void compose(const char *id_json, const char *kind, cJSON *obj, const blo
   p = append(p, "}}\n", 3);
   if (n > 0) p = append(p, tail, n);   /* the payload's one copy: the read buffer it came from is reused */
   free(to_free);
-  wire_send(line, (size_t)(p - line));
+  *len = (size_t)(p - line);
+  return line;
+}
+
+static void compose(const char *id_json, const char *kind, cJSON *obj, const blob *blobs, size_t nblobs,
+                    const char *tail, size_t n) {
+  size_t len;
+  char *line = composed(id_json, kind, obj, blobs, nblobs, tail, n, &len);
+  wire_send(line, len);
 }
 
 request *request_new(char *id_json, const char *method) {
@@ -138,6 +146,13 @@ void send_event_blobs(const request *r, cJSON *event, const blob *blobs, size_t 
 void send_event_frame(const request *r, cJSON *event, const char *data, size_t n) {
   cJSON_AddNumberToObject(event, "data_bytes", (double)n);
   compose(r->id_json, "event", event, NULL, 0, data, n);
+}
+
+void send_event_spliced(const request *r, cJSON *event, int fd, size_t n) {
+  cJSON_AddNumberToObject(event, "data_bytes", (double)n);
+  size_t len;
+  char *line = composed(r->id_json, "event", event, NULL, 0, NULL, 0, &len);
+  wire_send_spliced(line, len, fd, n);
 }
 
 void send_event(const request *r, cJSON *event) {

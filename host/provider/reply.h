@@ -51,6 +51,9 @@ void send_event_blobs(const request *r, cJSON *event, const blob *blobs, size_t 
 */
 void send_event_frame(const request *r, cJSON *event, const char *data, size_t n);
 
+/* The same frame, its n bytes taken from the pipe fd (which holds them) without a copy where the wire can (wire_send_spliced). */
+void send_event_spliced(const request *r, cJSON *event, int fd, size_t n);
+
 /*
 ** Sends the lines composed so far at once instead of before the loop next
 ** waits: for a caller with cleanup left after a terminal reply, so that

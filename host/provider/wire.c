@@ -29,6 +29,7 @@ typedef struct wire {
   bool ended;                        /* the end hook ran */
   size_t queued;                     /* bytes of lines composed and not yet written */
   bool congested, finishing, abandon, out_failed;
+  bool no_splice;                    /* stdout refused splice(2) (a tty): copy instead */
   uv_prepare_t flusher;              /* runs before the loop waits: writes the turn's lines */
   bool flusher_open;
   uv_buf_t *turn;                    /* lines composed this loop turn, not handed to uv_write yet */
@@ -192,6 +193,78 @@ void wire_send(char *data, size_t len) {
   if (w->turn_n == 1) uv_prepare_start(&w->flusher, flush_turn);
   w->queued += len;
   if (w->queued > WIRE_QUEUE_HIGH) set_congested(w, true);
+}
+
+/* ===== moving bytes without a copy ===== */
+
+bool wire_can_splice(void) {
+  wire *w = the_wire();
+  return w->out_open && !w->out_failed && !w->out_is_file && !w->no_splice && !w->finishing;
+}
+
+/* How many of fd's n bytes splice(2) moved to stdout before it was full. */
+static size_t splice_out(wire *w, int fd, size_t n) {
+  uv_os_fd_t out;
+  if (uv_fileno((uv_handle_t *)&w->out.stream, &out) != 0) return 0;
+  size_t moved = 0;
+  while (moved < n) {
+    ssize_t k = splice(fd, NULL, out, NULL, n - moved, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+    if (k > 0) { moved += (size_t)k; continue; }
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0 && errno == EINVAL) w->no_splice = true;
+    break;   /* EAGAIN: stdout is full; the rest is copied and queued */
+  }
+  return moved;
+}
+
+/* Reads exactly n bytes that fd is known to hold; false if it held fewer. */
+static bool read_held(int fd, char *to, size_t n) {
+  for (size_t done = 0; done < n;) {
+    ssize_t k = read(fd, to + done, n - done);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    done += (size_t)k;
+  }
+  return true;
+}
+
+/* Queues the line's unwritten part (from `from`), then fd's n bytes copied after it. */
+static void queue_copied(wire *w, char *line, size_t len, size_t from, int fd, size_t n) {
+  size_t head = len - from;
+  char *data = malloc(head + n);
+  if (!data) abort();
+  memcpy(data, line + from, head);
+  free(line);
+  if (!read_held(fd, data + head, n)) {
+    /* The bytes announced cannot all follow: the host could never find the next line. */
+    fprintf(stderr, "smolwf-provider: an output pipe held fewer bytes than it reported\n");
+    free(data);
+    w->out_failed = true;
+    end_input(w, WIRE_WRITE_FAILED);
+    return;
+  }
+  wire_send(data, head + n);
+}
+
+/*
+** Splicing needs the line written first and whole, so only when nothing is
+** queued (the turn so far is written now, in order) and the pipe takes the
+** line at once; anything less and the bytes are copied as usual.
+*/
+void wire_send_spliced(char *line, size_t len, int fd, size_t n) {
+  wire *w = the_wire();
+  size_t written = 0, moved = 0;
+  if (wire_can_splice()) {
+    wire_flush();
+    if (w->queued == 0) {
+      uv_buf_t buf = uv_buf_init(line, (unsigned)len);
+      int rc = uv_try_write(&w->out.stream, &buf, 1);
+      written = rc > 0 ? (size_t)rc : 0;
+    }
+    if (written == len) moved = splice_out(w, fd, n);
+  }
+  if (written == len && moved == n) { free(line); return; }
+  queue_copied(w, line, len, written, fd, n - moved);
 }
 
 /* ===== reading ===== */

@@ -48,6 +48,21 @@ int wire_start(uv_loop_t *loop, const wire_hooks *hooks);
 void wire_send(char *line, size_t len);
 
 /*
+** Whether wire_send_spliced can move bytes to stdout without a copy:
+** stdout is a pipe that takes splice(2) and the wire still writes.
+*/
+bool wire_can_splice(void);
+
+/*
+** Sends line (malloc'ed, taken over), then n bytes that fd, a pipe
+** holding at least n that nobody else reads, gives up: moved to stdout
+** by splice(2) when nothing is queued before them and stdout has room,
+** else read from fd and queued like any line. Either way the n bytes
+** are consumed, and follow the line with nothing between.
+*/
+void wire_send_spliced(char *line, size_t len, int fd, size_t n);
+
+/*
 ** Writes the lines queued this turn now rather than before the loop next
 ** waits; what the pipe cannot take is queued as usual.
 */
