@@ -159,8 +159,12 @@ end
 The same stream as a workflow has it, through sb:exec{capture = false,
 on_stdout = ...} (smol.sandbox over the bundled provider, every chunk a
 Lua string), in rounds interleaved with the pipe alone: the command's
-stdout read by smolwf straight from its pipe, no provider between (what
-the stream could reach at best). Returns the medians in MB/s of payload.
+stdout read by smolwf straight from its pipe, no provider between, as
+smol.core reads a pipe: at every wake-up, whatever it holds. A reference
+for the moment's machine, not a ceiling: the provider lets a fast pipe
+fill before reading it again (process.c, rest), so its reads are larger
+than this reader's and the stream through it can be the faster of the
+two. Returns the medians in MB/s of payload.
 ]]
 local STREAM_ROUNDS = 5
 local function sandbox_stream(profile, bytes)
