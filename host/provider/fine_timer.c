@@ -13,8 +13,7 @@ static void on_expired(uv_poll_t *w, int status, int events) {
   fine_timer *t = w->data;
   uint64_t expirations;
   if (read(t->fd, &expirations, sizeof expirations) < 0) { /* EAGAIN: nothing to clear */ }
-  uv_poll_stop(&t->watch);
-  t->armed = false;
+  uv_poll_stop(&t->watch);   /* no longer active: armed no more */
   t->cb(t);
 }
 
@@ -31,13 +30,12 @@ static int open_timer(fine_timer *t, uv_loop_t *loop) {
 }
 
 int fine_timer_start(fine_timer *t, uv_loop_t *loop, unsigned long us, fine_timer_cb cb) {
-  if (t->armed) return 0;
+  if (t->open && uv_is_active((uv_handle_t *)&t->watch)) return 0;   /* armed */
   if (t->closing) return -1;
   if (!t->open && open_timer(t, loop) < 0) return -1;
   struct itimerspec when = {.it_value = {.tv_sec = (time_t)(us / 1000000), .tv_nsec = (long)(us % 1000000) * 1000}};
   if (timerfd_settime(t->fd, 0, &when, NULL) < 0) return -1;
   t->cb = cb;
-  t->armed = true;
   uv_poll_start(&t->watch, UV_READABLE, on_expired);
   return 0;
 }
@@ -54,5 +52,4 @@ void fine_timer_close(fine_timer *t) {
   uv_close((uv_handle_t *)&t->watch, on_closed);
   /* uv_close stops the watch at once: the descriptor may go now */
   close(t->fd);
-  t->armed = false;
 }

@@ -17,7 +17,6 @@ struct fine_timer {
   uv_poll_t watch;
   int fd;                  /* the timerfd, while open */
   bool open;
-  bool armed;
   bool closing;            /* uv_close has not called back yet: the struct is still the loop's */
   fine_timer_cb cb;
 };

@@ -77,9 +77,15 @@ static void flush_started(proc *p);
 
 /* ===== sending output ===== */
 
-static void send_chunk(proc *p, outstream *o, const char *data, size_t n) {
+/* An output event of o, its data still to add. */
+static cJSON *output_event(const outstream *o) {
   cJSON *ev = cJSON_CreateObject();
   cJSON_AddStringToObject(ev, "type", o->name);
+  return ev;
+}
+
+static void send_chunk(proc *p, outstream *o, const char *data, size_t n) {
+  cJSON *ev = output_event(o);
   if (p->raw_output) {
     send_event_frame(p->req, ev, data, n);
   } else {
@@ -317,6 +323,10 @@ void proc_exited(proc *p, int wait_status) {
 ** Output that only streams (nothing more to capture, sent as frames) need
 ** not pass through our memory: the pipe's pages move to stdout (splice_output).
 */
+static outstream *outstream_of(proc *p, const uv_handle_t *pipe) {
+  return pipe == (uv_handle_t *)&p->out.pipe ? &p->out : &p->err;
+}
+
 static bool splices(const proc *p, const outstream *o) {
   return p->req && p->raw_output && o->captured.len >= p->max_output && wire_can_splice();
 }
@@ -325,7 +335,7 @@ static bool splices(const proc *p, const outstream *o) {
 static void alloc_read(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   (void)suggested;
   proc *p = h->data;
-  outstream *o = h == (uv_handle_t *)&p->out.pipe ? &p->out : &p->err;
+  outstream *o = outstream_of(p, h);
   buf->base = table()->read_buffer;
   buf->len = splices(p, o) ? 0 : READ_BUFFER;
 }
@@ -342,13 +352,6 @@ static void grow_pipe(outstream *o, size_t n) {
   o->grown = true;
   uv_os_fd_t fd;
   if (uv_fileno((uv_handle_t *)&o->pipe, &fd) == 0) fcntl(fd, F_SETPIPE_SZ, PIPE_SIZE);
-}
-
-/* n bytes of output read into the table's read buffer. */
-static void take_output(proc *p, outstream *o, size_t n) {
-  if (p->idle_ms && !p->timed_out) uv_timer_again(&p->idle_timer);
-  grow_pipe(o, n);
-  deliver(p, o, table()->read_buffer, n);
 }
 
 /* ===== resting ===== */
@@ -383,15 +386,31 @@ static void rest(proc *p, outstream *o, size_t n) {
   update_reading(p);
 }
 
+/* n bytes of output came from o's pipe: the command is not idle, and its pipe may need to grow. */
+static void output_came(proc *p, outstream *o, size_t n) {
+  if (p->idle_ms && !p->timed_out) uv_timer_again(&p->idle_timer);
+  grow_pipe(o, n);
+}
+
+/* n bytes of output read into the table's read buffer. */
+static void take_output(proc *p, outstream *o, size_t n) {
+  output_came(p, o, n);
+  deliver(p, o, table()->read_buffer, n);
+  rest(p, o, n);
+}
+
 /* ===== moving output without a copy ===== */
 
-/* Reads what the pipe holds the usual way: its end, or output too small to ask the wire to splice. */
-static void read_output(proc *p, outstream *o, int fd) {
-  ssize_t n = read(fd, table()->read_buffer, READ_BUFFER);
-  if (n > 0) { take_output(p, o, (size_t)n); rest(p, o, (size_t)n); return; }
-  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+static void stream_ended(proc *p, outstream *o) {
   close_stream(p, o);
   maybe_finish(p);
+}
+
+/* A pipe reported readable that holds nothing: read() tells its end from a wake-up with nothing to say. */
+static void read_output(proc *p, outstream *o, int fd) {
+  ssize_t n = read(fd, table()->read_buffer, READ_BUFFER);
+  if (n > 0) take_output(p, o, (size_t)n);
+  else if (n == 0 || (errno != EAGAIN && errno != EINTR)) stream_ended(p, o);
 }
 
 /* The pipe is readable and its output only streams: a frame whose bytes the wire takes from the pipe itself. */
@@ -401,25 +420,21 @@ static void splice_output(proc *p, outstream *o) {
   if (uv_fileno((uv_handle_t *)&o->pipe, &fd) != 0) return;
   if (ioctl(fd, FIONREAD, &held) < 0 || held <= 0) { read_output(p, o, fd); return; }
   size_t n = (size_t)held;
-  if (p->idle_ms && !p->timed_out) uv_timer_again(&p->idle_timer);
-  grow_pipe(o, n);
+  output_came(p, o, n);
   flush_started(p);
   o->truncated = true;   /* splices() holds: nothing of this fits the capture */
-  cJSON *ev = cJSON_CreateObject();
-  cJSON_AddStringToObject(ev, "type", o->name);
-  send_event_spliced(p->req, ev, fd, n);
+  send_event_spliced(p->req, output_event(o), fd, n);
   rest(p, o, n);
 }
 
 static void on_output(uv_stream_t *stream, ssize_t n, const uv_buf_t *buf) {
   (void)buf;
   proc *p = stream->data;
-  outstream *o = stream == (uv_stream_t *)&p->out.pipe ? &p->out : &p->err;
-  if (n > 0) { take_output(p, o, (size_t)n); rest(p, o, (size_t)n); return; }
+  outstream *o = outstream_of(p, (uv_handle_t *)stream);
+  if (n > 0) { take_output(p, o, (size_t)n); return; }
   if (n == 0) return;
-  if (n == UV_ENOBUFS) { splice_output(p, o); return; }
-  close_stream(p, o);   /* EOF, or a read error: either way no more output */
-  maybe_finish(p);
+  if (n == UV_ENOBUFS) splice_output(p, o);
+  else stream_ended(p, o);   /* EOF, or a read error: either way no more output */
 }
 
 /* Reads per drain at most: a descendant that keeps writing is left to the loop. */
